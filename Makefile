@@ -1,0 +1,45 @@
+# svc: two commands from a fresh clone: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test check lint types browser bench soak clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/svc serve --bootstrap
+
+# Headless Chromium for the page and dashboard tests (Debian's package).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; fi; }
+
+test: $(STAMP) browser
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+types: $(STAMP)
+	$(BIN)/mypy
+
+check: lint types test
+
+bench: $(STAMP)
+	bash bench/setup.sh
+	$(BIN)/python -m bench.harness
+
+soak: $(STAMP)
+	SVC_SOAK=1 $(BIN)/pytest -q -m slow
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""actors: the owners of mutable state (per-project actors, the timer, senders)."""

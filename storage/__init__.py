@@ -1,0 +1,1 @@
+"""storage: the LMDB-backed Store (one environment, one group-commit writer)."""

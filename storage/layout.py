@@ -1,0 +1,56 @@
+"""Key layout: ordered byte keys so range scans give sorted listings.
+
+Identifiers (UUID strings) become their 16 raw bytes; times become 8-byte
+big-endian milliseconds, so keys sort by time. A project-scoped key starts
+with the project's 16 bytes.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+# Named databases, opened once at startup. Adding one is a schema change only
+# when existing data must move; a new empty database needs no migration.
+DATABASES = (
+    b"meta",             # name -> value (schema version, server secret, bootstrap ids)
+    b"orgs",             # org id -> Organization
+    b"projects",         # project id -> Project
+    b"projects_by_org",  # org id | project id -> b""
+    b"keys",             # sha256(key) -> ApiKey
+    b"keys_by_project",  # project id | key id -> sha256(key)
+    b"users",            # user id -> User
+    b"users_by_email",   # email -> user id
+    b"members",          # org id | user id -> Membership
+    b"members_by_user",  # user id | org id -> b""
+    b"settings",         # project id -> DeferredSettings
+    b"deadlines",        # due ms | kind | ref -> Deadline
+    b"idem",             # scope | idempotency key -> StoredResponse
+    b"idem_by_time",     # created ms | scope | key -> b""
+)
+
+
+def uid(value: str) -> bytes:
+    return uuid.UUID(value).bytes
+
+
+def from_uid(raw: bytes) -> str:
+    return str(uuid.UUID(bytes=bytes(raw)))
+
+
+def ms(value: int) -> bytes:
+    return value.to_bytes(8, "big")
+
+
+def from_ms(raw: bytes) -> int:
+    return int.from_bytes(raw[:8], "big")
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key that starts with ``prefix``."""
+    b = bytearray(prefix)
+    while b:
+        if b[-1] < 0xFF:
+            b[-1] += 1
+            return bytes(b)
+        b.pop()
+    return b"\xff" * 64

@@ -1,0 +1,394 @@
+"""LmdbStore: the Store protocol on one LMDB environment.
+
+Reads open a short read transaction in the calling thread (lock-free, about a
+microsecond). Writes are ops handed to the one ``Writer``; see writer.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+import lmdb
+import trio
+
+from storage import layout
+from storage.codec import decode, encode
+from storage.schema import migrate
+from storage.writer import Op, Pending, Writer
+from svc_engine.deadlines import Deadline
+from svc_engine.errors import Conflict, NotFound
+from svc_engine.idempotency import StoredResponse
+from svc_engine.keys import ApiKey
+from svc_engine.plans import Plan
+from svc_engine.records import Membership, Organization, Project, User, normalize_email
+from svc_engine.settings import DeferredSettings
+from svc_engine.store import IdemWrite
+
+DEFAULT_MAP_SIZE = 8 << 30
+
+
+class LmdbStore:
+    def __init__(self, path: str, *, map_size: int = DEFAULT_MAP_SIZE, readonly: bool = False):
+        os.makedirs(path, exist_ok=True)
+        self.path = path
+        self.env = lmdb.open(
+            path,
+            map_size=map_size,
+            max_dbs=len(layout.DATABASES) + 16,
+            subdir=True,
+            sync=True,
+            metasync=True,
+            readahead=False,
+            max_readers=512,
+            readonly=readonly,
+        )
+        self._db: dict[bytes, Any] = {}
+        if readonly:
+            for name in layout.DATABASES:
+                try:
+                    self._db[name] = self.env.open_db(name, create=False)
+                except lmdb.NotFoundError:
+                    continue
+        else:
+            with self.env.begin(write=True) as txn:
+                for name in layout.DATABASES:
+                    self._db[name] = self.env.open_db(name, txn=txn)
+                migrate(txn, self._db[b"meta"])
+        self.writer = Writer(self.env)
+
+    def db(self, name: bytes) -> Any:
+        return self._db[name]
+
+    def close(self) -> None:
+        self.env.close()
+
+    # -- plumbing -----------------------------------------------------------
+
+    @contextmanager
+    def read(self) -> Iterator[lmdb.Transaction]:
+        txn = self.env.begin(buffers=False)
+        try:
+            yield txn
+        finally:
+            txn.abort()
+
+    def _get(self, dbname: bytes, key: bytes) -> bytes | None:
+        with self.read() as txn:
+            v = txn.get(key, db=self._db[dbname])
+        return bytes(v) if v is not None else None
+
+    def scan(self, dbname: bytes, prefix: bytes, *, reverse: bool = False,
+             start: bytes | None = None, limit: int | None = None
+             ) -> list[tuple[bytes, bytes]]:
+        """Items whose key starts with ``prefix`` in key order (or reverse)."""
+        out: list[tuple[bytes, bytes]] = []
+        with self.read() as txn:
+            cur = txn.cursor(db=self._db[dbname])
+            if not reverse:
+                ok = cur.set_range(start if start is not None else prefix)
+                while ok:
+                    k = cur.key()
+                    if not k.startswith(prefix):
+                        break
+                    out.append((bytes(k), bytes(cur.value())))
+                    if limit is not None and len(out) >= limit:
+                        break
+                    ok = cur.next()
+            else:
+                end = start if start is not None else layout.prefix_end(prefix)
+                ok = cur.set_range(end)
+                ok = cur.prev() if ok else cur.last()
+                while ok:
+                    k = cur.key()
+                    if not k.startswith(prefix):
+                        if k < prefix:
+                            break
+                        ok = cur.prev()
+                        continue
+                    out.append((bytes(k), bytes(cur.value())))
+                    if limit is not None and len(out) >= limit:
+                        break
+                    ok = cur.prev()
+        return out
+
+    async def write(self, op: Op[Any]) -> Any:
+        return await self.writer.write(op)
+
+    async def submit(self, op: Op[Any]) -> Pending[Any]:
+        return await self.writer.submit(op)
+
+    def _record_response(self, txn: lmdb.Transaction, idem: IdemWrite | None,
+                         result: object) -> None:
+        if idem is None:
+            return
+        status, ctype, body = idem.render(result)
+        rec = StoredResponse(idem.fingerprint, status, ctype, body, idem.now_ms)
+        k = _idem_key(idem.scope, idem.key)
+        txn.put(k, encode(rec), db=self._db[b"idem"])
+        txn.put(layout.ms(idem.now_ms) + k, b"", db=self._db[b"idem_by_time"])
+
+    # -- meta ---------------------------------------------------------------
+
+    def meta(self, name: str) -> bytes | None:
+        return self._get(b"meta", name.encode())
+
+    async def put_meta_once(self, name: str, value: bytes) -> bytes:
+        """Set ``name`` unless it is set; return the value that is stored."""
+        db = self._db[b"meta"]
+
+        def op(txn: lmdb.Transaction) -> bytes:
+            old = txn.get(name.encode(), db=db)
+            if old is not None:
+                return bytes(old)
+            txn.put(name.encode(), value, db=db)
+            return value
+
+        return await self.write(op)  # type: ignore[no-any-return]
+
+    # -- tenancy --------------------------------------------------------------
+
+    def get_org(self, org_id: str) -> Organization | None:
+        raw = self._get(b"orgs", layout.uid(org_id))
+        return decode(Organization, raw) if raw else None
+
+    def get_project(self, project_id: str) -> Project | None:
+        raw = self._get(b"projects", layout.uid(project_id))
+        return decode(Project, raw) if raw else None
+
+    def list_projects(self, org_id: str) -> list[Project]:
+        out = []
+        for k, _ in self.scan(b"projects_by_org", layout.uid(org_id)):
+            p = self.get_project(layout.from_uid(k[16:32]))
+            if p is not None:
+                out.append(p)
+        return sorted(out, key=lambda p: (p.created_at_ms, p.id))
+
+    def all_orgs(self) -> list[Organization]:
+        return [decode(Organization, v) for _, v in self.scan(b"orgs", b"")]
+
+    def find_key(self, key_hash: bytes) -> ApiKey | None:
+        raw = self._get(b"keys", key_hash)
+        return decode(ApiKey, raw) if raw else None
+
+    def list_keys(self, project_id: str) -> list[ApiKey]:
+        out = []
+        for _, h in self.scan(b"keys_by_project", layout.uid(project_id)):
+            k = self.find_key(h)
+            if k is not None:
+                out.append(k)
+        return sorted(out, key=lambda k: (k.created_at_ms, k.id))
+
+    def get_user(self, user_id: str) -> User | None:
+        raw = self._get(b"users", layout.uid(user_id))
+        return decode(User, raw) if raw else None
+
+    def find_user(self, email: str) -> User | None:
+        uid = self._get(b"users_by_email", normalize_email(email).encode())
+        return self.get_user(layout.from_uid(uid)) if uid else None
+
+    def memberships_of(self, user_id: str) -> list[Membership]:
+        out = []
+        for k, _ in self.scan(b"members_by_user", layout.uid(user_id)):
+            raw = self._get(b"members", k[16:32] + k[:16])
+            if raw:
+                out.append(decode(Membership, raw))
+        return out
+
+    def members_of(self, org_id: str) -> list[Membership]:
+        return [decode(Membership, v) for _, v in self.scan(b"members", layout.uid(org_id))]
+
+    async def create_org(self, org: Organization) -> None:
+        db = self._db[b"orgs"]
+
+        def op(txn: lmdb.Transaction) -> None:
+            if not txn.put(layout.uid(org.id), encode(org), db=db, overwrite=False):
+                raise Conflict(f"organization {org.id} exists")
+
+        await self.write(op)
+
+    async def set_plan(self, org_id: str, plan: Plan) -> Organization:
+        db = self._db[b"orgs"]
+
+        def op(txn: lmdb.Transaction) -> Organization:
+            raw = txn.get(layout.uid(org_id), db=db)
+            if raw is None:
+                raise NotFound(f"no organization {org_id}")
+            org = attrs.evolve(decode(Organization, bytes(raw)), plan=plan)
+            txn.put(layout.uid(org_id), encode(org), db=db)
+            return org
+
+        return await self.write(op)  # type: ignore[no-any-return]
+
+    async def create_project(self, project: Project) -> None:
+        projects, by_org = self._db[b"projects"], self._db[b"projects_by_org"]
+
+        def op(txn: lmdb.Transaction) -> None:
+            pid = layout.uid(project.id)
+            if not txn.put(pid, encode(project), db=projects, overwrite=False):
+                raise Conflict(f"project {project.id} exists")
+            txn.put(layout.uid(project.org_id) + pid, b"", db=by_org)
+
+        await self.write(op)
+
+    async def set_project_suspended(self, project_id: str, suspended: bool) -> Project:
+        db = self._db[b"projects"]
+
+        def op(txn: lmdb.Transaction) -> Project:
+            raw = txn.get(layout.uid(project_id), db=db)
+            if raw is None:
+                raise NotFound(f"no project {project_id}")
+            p = attrs.evolve(decode(Project, bytes(raw)), suspended=suspended)
+            txn.put(layout.uid(project_id), encode(p), db=db)
+            return p
+
+        return await self.write(op)  # type: ignore[no-any-return]
+
+    async def create_key(self, key: ApiKey) -> None:
+        keys, by_project = self._db[b"keys"], self._db[b"keys_by_project"]
+
+        def op(txn: lmdb.Transaction) -> None:
+            if not txn.put(key.hash, encode(key), db=keys, overwrite=False):
+                raise Conflict("key exists")
+            txn.put(layout.uid(key.project_id) + layout.uid(key.id), key.hash, db=by_project)
+
+        await self.write(op)
+
+    async def revoke_key(self, project_id: str, key_id: str, now_ms: int) -> ApiKey:
+        keys, by_project = self._db[b"keys"], self._db[b"keys_by_project"]
+
+        def op(txn: lmdb.Transaction) -> ApiKey:
+            h = txn.get(layout.uid(project_id) + layout.uid(key_id), db=by_project)
+            if h is None:
+                raise NotFound(f"no key {key_id} in this project")
+            key = decode(ApiKey, bytes(txn.get(h, db=keys)))
+            if key.revoked_at_ms is None:
+                key = attrs.evolve(key, revoked_at_ms=now_ms)
+                txn.put(key.hash, encode(key), db=keys)
+            return key
+
+        return await self.write(op)  # type: ignore[no-any-return]
+
+    async def create_user(self, user: User) -> None:
+        users, by_email = self._db[b"users"], self._db[b"users_by_email"]
+
+        def op(txn: lmdb.Transaction) -> None:
+            email = normalize_email(user.email).encode()
+            if not txn.put(email, layout.uid(user.id), db=by_email, overwrite=False):
+                raise Conflict(f"a user with e-mail {user.email} exists")
+            txn.put(layout.uid(user.id), encode(user), db=users)
+
+        await self.write(op)
+
+    async def set_member(self, membership: Membership) -> None:
+        members, by_user = self._db[b"members"], self._db[b"members_by_user"]
+
+        def op(txn: lmdb.Transaction) -> None:
+            o, u = layout.uid(membership.org_id), layout.uid(membership.user_id)
+            txn.put(o + u, encode(membership), db=members)
+            txn.put(u + o, b"", db=by_user)
+
+        await self.write(op)
+
+    async def remove_member(self, org_id: str, user_id: str) -> None:
+        members, by_user = self._db[b"members"], self._db[b"members_by_user"]
+
+        def op(txn: lmdb.Transaction) -> None:
+            o, u = layout.uid(org_id), layout.uid(user_id)
+            if not txn.delete(o + u, db=members):
+                raise NotFound("no such member")
+            txn.delete(u + o, db=by_user)
+
+        await self.write(op)
+
+    # -- settings -------------------------------------------------------------
+
+    def get_settings(self, project_id: str) -> DeferredSettings:
+        raw = self._get(b"settings", layout.uid(project_id))
+        return decode(DeferredSettings, raw) if raw else DeferredSettings()
+
+    async def put_settings(self, project_id: str, settings: DeferredSettings,
+                           idem: IdemWrite | None) -> DeferredSettings:
+        db = self._db[b"settings"]
+
+        def op(txn: lmdb.Transaction) -> DeferredSettings:
+            txn.put(layout.uid(project_id), encode(settings), db=db)
+            self._record_response(txn, idem, settings)
+            return settings
+
+        return await self.write(op)  # type: ignore[no-any-return]
+
+    # -- idempotency ------------------------------------------------------------
+
+    def get_response(self, scope: str, key: str) -> StoredResponse | None:
+        raw = self._get(b"idem", _idem_key(scope, key))
+        return decode(StoredResponse, raw) if raw else None
+
+    async def purge_responses(self, before_ms: int, limit: int = 10_000) -> int:
+        idem, by_time = self._db[b"idem"], self._db[b"idem_by_time"]
+
+        def op(txn: lmdb.Transaction) -> int:
+            cur = txn.cursor(db=by_time)
+            n = 0
+            ok = cur.first()
+            while ok and n < limit:
+                k = bytes(cur.key())
+                if layout.from_ms(k) >= before_ms:
+                    break
+                txn.delete(k[8:], db=idem)
+                ok = cur.delete()
+                n += 1
+            return n
+
+        return await self.write(op)  # type: ignore[no-any-return]
+
+    # -- deadlines --------------------------------------------------------------
+
+    def load_deadlines(self) -> list[Deadline]:
+        return [decode(Deadline, v) for _, v in self.scan(b"deadlines", b"")]
+
+    def put_deadline(self, txn: lmdb.Transaction, d: Deadline) -> None:
+        """Persist ``d`` inside another op's transaction (same commit as its cause)."""
+        txn.put(_deadline_key(d), encode(d), db=self._db[b"deadlines"])
+
+    def delete_deadline(self, txn: lmdb.Transaction, d: Deadline) -> None:
+        txn.delete(_deadline_key(d), db=self._db[b"deadlines"])
+
+    async def add_deadlines(self, deadlines: Sequence[Deadline]) -> None:
+        def op(txn: lmdb.Transaction) -> None:
+            for d in deadlines:
+                self.put_deadline(txn, d)
+
+        await self.write(op)
+
+    async def remove_deadline(self, deadline: Deadline) -> None:
+        def op(txn: lmdb.Transaction) -> None:
+            self.delete_deadline(txn, deadline)
+
+        await self.write(op)
+
+    # -- operations -------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        info, st = self.env.info(), self.env.stat()
+        used = (info["last_pgno"] + 1) * st["psize"]
+        return {"map_size": info["map_size"], "used_bytes": used,
+                "free_bytes": info["map_size"] - used}
+
+    async def backup(self, dest: str) -> None:
+        """A consistent compacted copy, taken from a read snapshot while serving."""
+        os.makedirs(dest, exist_ok=True)
+        if os.listdir(dest):
+            raise Conflict(f"backup destination {dest} is not empty")
+        await trio.to_thread.run_sync(lambda: self.env.copy(dest, compact=True))
+
+
+def _idem_key(scope: str, key: str) -> bytes:
+    return scope.encode() + b"\x00" + key.encode()
+
+
+def _deadline_key(d: Deadline) -> bytes:
+    return layout.ms(d.due_ms) + d.kind.encode() + b"\x00" + d.ref.encode()

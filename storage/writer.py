@@ -1,0 +1,168 @@
+"""The single LMDB writer, with group commit.
+
+Theory of operation: LMDB allows one write transaction at a time. All writes of
+the process are functions ``op(txn) -> result`` sent to one writer task over a
+bounded channel. The writer takes whatever is waiting (at most ``max_batch``),
+runs every op in its own child transaction inside one parent transaction, and
+commits the parent once, all inside a single ``trio.to_thread.run_sync`` call.
+While that thread commits, new ops queue up, so under load batches grow by
+themselves and the fsync cost is shared; when idle an op is committed at once
+(no artificial delay). An op that raises aborts only its child transaction; its
+caller gets the error, the others commit. If the parent commit fails (map full,
+disk error) every op of the batch fails and nothing of it is visible.
+
+Callers that must not lose their write await ``Pending.wait()``, which returns
+only after the commit reached the disk (LMDB's sync on commit is on).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import attrs
+import lmdb
+import trio
+
+from svc_engine.errors import InternalError, StoreFull, SvcError
+
+T = TypeVar("T")
+Op = Callable[[lmdb.Transaction], T]
+log = logging.getLogger("svc.storage")
+
+
+class Pending(Generic[T]):
+    """A write that was queued; ``wait()`` returns its result once committed."""
+
+    __slots__ = ("_done", "_error", "_result", "op")
+
+    def __init__(self, op: Op[T]) -> None:
+        self.op = op
+        self._done = trio.Event()
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def failed(self) -> bool:
+        return self._done.is_set() and self._error is not None
+
+    def _finish(self, result: Any, error: BaseException | None) -> None:
+        self._result, self._error = result, error
+        self._done.set()
+
+    async def wait(self) -> T:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[no-any-return]
+
+
+@attrs.define
+class WriterStats:
+    batches: int = 0
+    ops: int = 0
+    failed_ops: int = 0
+    largest_batch: int = 0
+    queued: int = 0
+
+
+class Writer:
+    def __init__(self, env: lmdb.Environment, *, capacity: int = 4096, max_batch: int = 1024):
+        self._env = env
+        self._send, self._recv = trio.open_memory_channel[Pending[Any]](capacity)
+        self._max_batch = max_batch
+        self._stats = WriterStats()
+        self._closed = False
+
+    def statistics(self) -> WriterStats:
+        self._stats.queued = self._send.statistics().current_buffer_used
+        return attrs.evolve(self._stats)
+
+    async def submit(self, op: Op[T]) -> Pending[T]:
+        """Queue ``op`` (waiting for room if the queue is full); do not wait for commit."""
+        if self._closed:
+            raise InternalError("the store is closing")
+        p: Pending[T] = Pending(op)
+        await self._send.send(p)
+        return p
+
+    def submit_nowait(self, op: Op[T]) -> Pending[T]:
+        """Queue ``op`` or raise ``trio.WouldBlock`` when the queue is full."""
+        if self._closed:
+            raise InternalError("the store is closing")
+        p: Pending[T] = Pending(op)
+        self._send.send_nowait(p)
+        return p
+
+    async def write(self, op: Op[T]) -> T:
+        """Queue ``op`` and wait until it is durable."""
+        return await (await self.submit(op)).wait()
+
+    def close(self) -> None:
+        """Stop taking ops; ``run`` returns after committing what is queued."""
+        self._closed = True
+        self._send.close()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async with self._recv:
+            while True:
+                try:
+                    first = await self._recv.receive()
+                except trio.EndOfChannel:
+                    return
+                batch = [first]
+                while len(batch) < self._max_batch:
+                    try:
+                        batch.append(self._recv.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                # Shielded: a batch that started committing finishes, so a
+                # cancelled service never leaves acknowledged writers waiting.
+                with trio.CancelScope(shield=True):
+                    outcomes = await trio.to_thread.run_sync(self._commit, batch)
+                for p, (result, error) in zip(batch, outcomes, strict=True):
+                    p._finish(result, error)
+                self._stats.batches += 1
+                self._stats.ops += len(batch)
+                self._stats.failed_ops += sum(1 for _, e in outcomes if e is not None)
+                self._stats.largest_batch = max(self._stats.largest_batch, len(batch))
+
+    def _commit(self, batch: list[Pending[Any]]) -> list[tuple[Any, BaseException | None]]:
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            with self._env.begin(write=True) as txn:
+                for p in batch:
+                    child = self._env.begin(write=True, parent=txn)
+                    try:
+                        result = p.op(child)
+                    except BaseException as e:  # noqa: BLE001 - handed to that op's caller
+                        child.abort()
+                        outcomes.append((None, _as_store_error(e)))
+                    else:
+                        child.commit()
+                        outcomes.append((result, None))
+        except lmdb.MapFullError:
+            log.error("LMDB map is full: raise SVC_MAP_SIZE and restart (see README)")
+            err = StoreFull("the data store is full; the operator must raise SVC_MAP_SIZE")
+            return [(None, err)] * len(batch)
+        except lmdb.Error as e:
+            log.exception("LMDB commit failed")
+            return [(None, InternalError(f"storage error: {type(e).__name__}"))] * len(batch)
+        return outcomes
+
+
+def _as_store_error(e: BaseException) -> BaseException:
+    if isinstance(e, lmdb.MapFullError):
+        log.error("LMDB map is full: raise SVC_MAP_SIZE and restart (see README)")
+        return StoreFull("the data store is full; the operator must raise SVC_MAP_SIZE")
+    if isinstance(e, SvcError | Exception):
+        if not isinstance(e, SvcError):
+            log.error("write op failed", exc_info=e)
+        return e
+    return e

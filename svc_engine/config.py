@@ -1,0 +1,128 @@
+"""The service's settings: one table, read from flags and ``SVC_*`` variables.
+
+Every setting is declared once in ``SETTINGS``; README.md's configuration table
+is checked against it by a test, so an undocumented setting fails the suite.
+Precedence: command-line flag, then environment variable, then default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from svc_engine.errors import ValidationError
+
+
+def _bool(v: str) -> bool:
+    low = v.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {v!r}")
+
+
+def _size(v: str) -> int:
+    s = v.strip().upper()
+    for suffix, mult in (("GIB", 1 << 30), ("MIB", 1 << 20), ("KIB", 1 << 10),
+                         ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if s.endswith(suffix):
+            return int(float(s[: -len(suffix)]) * mult)
+    return int(s)
+
+
+def _csv(v: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in v.split(",") if p.strip())
+
+
+def _opt(v: str) -> str | None:
+    return v or None
+
+
+@attrs.frozen
+class Setting:
+    name: str
+    env: str
+    default: Any
+    parse: Callable[[str], Any]
+    doc: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("data_dir", "SVC_DATA_DIR", "./data", str, "LMDB data directory"),
+    Setting("host", "SVC_HOST", "127.0.0.1", str, "address to listen on"),
+    Setting("port", "SVC_PORT", 8080, int, "port to listen on"),
+    Setting("public_url", "SVC_PUBLIC_URL", None, _opt,
+            "public base URL; its host is the default link domain "
+            "(default: http://HOST:PORT)"),
+    Setting("map_size", "SVC_MAP_SIZE", 8 << 30, _size,
+            "LMDB map size (maximum data size), e.g. 8GiB; raise it if the map fills"),
+    Setting("max_body_bytes", "SVC_MAX_BODY_BYTES", 1 << 20, _size,
+            "largest request body accepted (larger: 413)"),
+    Setting("max_in_flight", "SVC_MAX_IN_FLIGHT", 512, int,
+            "requests handled at once; beyond it requests get a quick 503"),
+    Setting("rate_limit_per_key", "SVC_RATE_LIMIT_PER_KEY", 100, int,
+            "sustained requests per second per API key (burst: 2x); 0 disables"),
+    Setting("country_header", "SVC_COUNTRY_HEADER", None, _opt,
+            "trusted proxy header carrying the client's country, e.g. CF-IPCountry"),
+    Setting("geoip_db", "SVC_GEOIP_DB", None, _opt,
+            "optional MaxMind-format country database file"),
+    Setting("certfile", "SVC_CERTFILE", None, _opt, "TLS certificate (PEM) to serve HTTPS"),
+    Setting("keyfile", "SVC_KEYFILE", None, _opt, "TLS private key (PEM) to serve HTTPS"),
+    Setting("webhook_allow_cidrs", "SVC_WEBHOOK_ALLOW_CIDRS", (), _csv,
+            "comma-separated CIDRs webhook endpoints may resolve to despite the private-"
+            "address guard"),
+    Setting("event_retention_days", "SVC_EVENT_RETENTION_DAYS", 90, int,
+            "days raw events are kept (aggregates are kept)"),
+    Setting("log_level", "SVC_LOG_LEVEL", "info", str, "debug, info, warning or error"),
+    Setting("access_log", "SVC_ACCESS_LOG", True, _bool,
+            "log one line per request (never the client address, query or user agent)"),
+    Setting("shutdown_grace_s", "SVC_SHUTDOWN_GRACE", 10, int,
+            "seconds in-flight requests get to finish on SIGTERM/SIGINT"),
+)
+
+
+@attrs.frozen
+class Config:
+    data_dir: str = "./data"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    public_url: str | None = None
+    map_size: int = 8 << 30
+    max_body_bytes: int = 1 << 20
+    max_in_flight: int = 512
+    rate_limit_per_key: int = 100
+    country_header: str | None = None
+    geoip_db: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    webhook_allow_cidrs: tuple[str, ...] = ()
+    event_retention_days: int = 90
+    log_level: str = "info"
+    access_log: bool = True
+    shutdown_grace_s: int = 10
+
+    @property
+    def base_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        scheme = "https" if self.certfile else "http"
+        return f"{scheme}://{self.host}:{self.port}"
+
+
+def load(env: Mapping[str, str], overrides: Mapping[str, Any]) -> Config:
+    """Build a Config from environment variables and explicit overrides (flags)."""
+    values: dict[str, Any] = {}
+    for s in SETTINGS:
+        if overrides.get(s.name) is not None:
+            values[s.name] = overrides[s.name]
+        elif s.env in env:
+            try:
+                values[s.name] = s.parse(env[s.env])
+            except ValueError as e:
+                raise ValidationError(f"{s.env}: {e}", field=s.env) from None
+        else:
+            values[s.name] = s.default
+    return Config(**values)

@@ -1,0 +1,202 @@
+"""The one error tree of svc.
+
+Every error the service raises on purpose is an ``SvcError``. The tree has
+three branches, and which branch an error is on decides who sees it::
+
+    SvcError
+    ├── CallerError            the request is at fault: 4xx, with the spec's code
+    │   ├── ValidationError        400 validation_error
+    │   ├── InvalidDomain          400 invalid_domain
+    │   ├── DestinationBlocked     400 destination_blocked
+    │   ├── InvalidApiKey          401 invalid_api_key
+    │   ├── Unauthenticated        401 unauthenticated (dashboard session missing)
+    │   ├── WrongKeyKind           403 wrong_key_kind
+    │   ├── ProjectSuspended       403 project_suspended
+    │   ├── Forbidden              403 forbidden (role or plan does not allow it)
+    │   ├── NotFound               404 not_found
+    │   ├── InstallNotFound        404 install_not_found
+    │   ├── MethodNotAllowed       405 method_not_allowed
+    │   ├── Conflict               409 (base of the conflicts below)
+    │   │   ├── IdempotencyKeyReused   409 idempotency_key_reused
+    │   │   ├── InstallIdConflict      409 install_id_conflict
+    │   │   └── InstallNotRegistered   409 install_not_registered
+    │   ├── Gone                   410 gone
+    │   ├── PayloadTooLarge        413 payload_too_large
+    │   ├── UnsupportedMediaType   415 unsupported_media_type
+    │   ├── RateLimited            429 rate_limited (carries retry_after seconds)
+    │   └── LinkQuotaExceeded      429 link_quota_exceeded
+    ├── RemoteError            a webhook endpoint misbehaved: drives retries and
+    │                          endpoint health, never reaches an API caller
+    └── InternalError          500 internal_error: our fault
+        ├── StoreFull              the LMDB map is full (see README: SVC_MAP_SIZE)
+        ├── Overloaded             503 overloaded: admission limit reached
+        └── ActorFailed            the owning actor crashed while serving the request
+
+Errors carry the HTTP status as a hint (as h11 does); the web layer turns any
+``SvcError`` into the JSON body ``{"error": {"code", "message"}}``.
+"""
+
+from __future__ import annotations
+
+
+class SvcError(Exception):
+    """Root of every error svc raises on purpose."""
+
+    status: int = 500
+    code: str = "internal_error"
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.code.replace("_", " "))
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class CallerError(SvcError):
+    """The request is at fault; answered with a 4xx and the spec's code."""
+
+    status = 400
+    code = "bad_request"
+
+
+class ValidationError(CallerError):
+    status = 400
+    code = "validation_error"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidDomain(CallerError):
+    status = 400
+    code = "invalid_domain"
+
+
+class DestinationBlocked(CallerError):
+    status = 400
+    code = "destination_blocked"
+
+
+class InvalidApiKey(CallerError):
+    status = 401
+    code = "invalid_api_key"
+
+
+class Unauthenticated(CallerError):
+    status = 401
+    code = "unauthenticated"
+
+
+class WrongKeyKind(CallerError):
+    status = 403
+    code = "wrong_key_kind"
+
+
+class ProjectSuspended(CallerError):
+    status = 403
+    code = "project_suspended"
+
+
+class Forbidden(CallerError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(CallerError):
+    status = 404
+    code = "not_found"
+
+
+class InstallNotFound(CallerError):
+    status = 404
+    code = "install_not_found"
+
+
+class MethodNotAllowed(CallerError):
+    status = 405
+    code = "method_not_allowed"
+
+    def __init__(self, message: str = "", *, allowed: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.allowed = allowed
+
+
+class Conflict(CallerError):
+    status = 409
+    code = "conflict"
+
+
+class IdempotencyKeyReused(Conflict):
+    code = "idempotency_key_reused"
+
+
+class InstallIdConflict(Conflict):
+    code = "install_id_conflict"
+
+
+class InstallNotRegistered(Conflict):
+    code = "install_not_registered"
+
+
+class Gone(CallerError):
+    status = 410
+    code = "gone"
+
+
+class PayloadTooLarge(CallerError):
+    status = 413
+    code = "payload_too_large"
+
+
+class UnsupportedMediaType(CallerError):
+    status = 415
+    code = "unsupported_media_type"
+
+
+class RateLimited(CallerError):
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str = "", *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, retry_after)
+
+
+class LinkQuotaExceeded(CallerError):
+    status = 429
+    code = "link_quota_exceeded"
+
+    def __init__(self, message: str = "", *, retry_after: int = 3600) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RemoteError(SvcError):
+    """A webhook endpoint failed an attempt. Never answered to an API caller."""
+
+    status = 502
+    code = "remote_error"
+
+
+class InternalError(SvcError):
+    status = 500
+    code = "internal_error"
+
+
+class StoreFull(InternalError):
+    """The LMDB map is full. Remedy: raise SVC_MAP_SIZE and restart."""
+
+
+class Overloaded(InternalError):
+    status = 503
+    code = "overloaded"
+
+    def __init__(self, message: str = "", *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ActorFailed(InternalError):
+    """The actor owning the state crashed while serving the request."""

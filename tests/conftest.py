@@ -1,0 +1,98 @@
+"""Shared fixtures: a real LMDB in a temp dir, the service in-process (ASGI) and
+as a real process on a real socket."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from actors.clock import TrioWallClock
+from actors.registry import Registry
+from actors.timer import TimerActor
+from storage.lmdb_store import LmdbStore
+from svc_engine.config import Config
+from tests.server_process import ServerProcess
+from web import tenancy
+from web.front import Front
+from web.housekeeping import Housekeeper
+from web.services import Services, system_random
+
+
+@pytest.fixture
+def data_dir(tmp_path: Any) -> str:
+    return str(tmp_path / "data")
+
+
+@pytest.fixture
+async def store(data_dir: str) -> AsyncIterator[LmdbStore]:
+    s = LmdbStore(data_dir, map_size=64 << 20)
+    async with trio.open_nursery() as n:
+        await n.start(s.writer.run)
+        yield s
+        s.writer.close()
+    s.close()
+
+
+class App:
+    """The service in-process: real store, actors and timer; requests via ASGI."""
+
+    def __init__(self, services: Services, front: Front, info: dict[str, Any]) -> None:
+        self.services = services
+        self.front = front
+        self.info = info
+        self.keys: dict[str, str] = info["keys"]
+        self.project_id: str = info["projectId"]
+        self.org_id: str = info["organizationId"]
+
+    def client(self, key: str | None = None, **headers: str) -> httpx.AsyncClient:
+        h = {"content-type": "application/json", **headers}
+        if key is not None:
+            h["authorization"] = f"Bearer {self.keys.get(key, key)}"
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.front),
+                                 base_url="http://svc.test", headers=h)
+
+
+@pytest.fixture
+def config(data_dir: str) -> Config:
+    return Config(data_dir=data_dir, public_url="http://svc.test", map_size=64 << 20,
+                  rate_limit_per_key=0)
+
+
+@pytest.fixture
+async def app(store: LmdbStore, config: Config) -> AsyncIterator[App]:
+    clock = TrioWallClock()
+    info = await tenancy.bootstrap(store, config.base_url, system_random, clock.now_ms())
+    secret = await store.put_meta_once("server_secret", b"s" * 32)
+    timer = TimerActor(store, clock)
+    async with trio.open_nursery() as n:
+        registry = Registry(store, clock, n)
+        services = Services(config=config, store=store, clock=clock, registry=registry,
+                            timer=timer, server_secret=secret)
+        await n.start(timer.run)
+        await n.start(Housekeeper(services).run)
+        yield App(services, Front(services), info)
+        n.cancel_scope.cancel()
+
+
+@pytest.fixture
+def server_factory(tmp_path: Any) -> Iterator[type[ServerProcess]]:
+    started: list[ServerProcess] = []
+
+    class Factory(ServerProcess):
+        def __init__(self, data_dir: str | None = None, **kw: Any) -> None:
+            super().__init__(data_dir or str(tmp_path / "srv-data"), log_dir=str(tmp_path),
+                             **kw)
+            started.append(self)
+
+    yield Factory
+    for s in started:
+        s.kill()
+
+
+def pytest_configure(config: Any) -> None:
+    os.environ.setdefault("SVC_LOG_LEVEL", "info")

@@ -1,0 +1,96 @@
+"""Idempotency, rate limiting, config and error-tree rules (pure)."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from svc_engine import config as config_mod
+from svc_engine import errors
+from svc_engine.idempotency import StoredResponse, check_key, fingerprint, replay_or_conflict
+from svc_engine.ids import is_uuid, new_id
+from svc_engine.ratelimit import take
+
+
+@pytest.mark.parametrize("key", ["a", "x" * 255, "8d7f-uuid-like", "~!@#"])
+def test_idempotency_key_accepted(key: str) -> None:
+    assert check_key(key) == key
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, "has space", "tab\t", "é", "\x00"])
+def test_idempotency_key_malformed(key: str) -> None:
+    with pytest.raises(errors.ValidationError):
+        check_key(key)
+
+
+def test_replay_same_request_conflict_other() -> None:
+    fp = fingerprint("POST", "/v1/x", b"{}")
+    stored = StoredResponse(fp, 201, "application/json", b'{"a":1}', 5)
+    assert replay_or_conflict(None, fp) is None
+    assert replay_or_conflict(stored, fp) is stored
+    with pytest.raises(errors.IdempotencyKeyReused) as e:
+        replay_or_conflict(stored, fingerprint("POST", "/v1/x", b'{"b":1}'))
+    assert e.value.status == 409
+    with pytest.raises(errors.IdempotencyKeyReused):
+        replay_or_conflict(stored, fingerprint("POST", "/v1/y", b"{}"))
+
+
+def test_rate_limit_bucket_refills() -> None:
+    v = take(None, rate=1, burst=2, now_ms=0)
+    v = take(v.bucket, rate=1, burst=2, now_ms=0)
+    assert v.allowed
+    v = take(v.bucket, rate=1, burst=2, now_ms=0)
+    assert not v.allowed and v.retry_after_s == 1
+    v = take(v.bucket, rate=1, burst=2, now_ms=1000)
+    assert v.allowed
+
+
+@given(st.binary(min_size=16, max_size=16))
+def test_new_ids_are_uuid4(rb: bytes) -> None:
+    assert is_uuid(new_id(rb), v4=True)
+
+
+def test_is_uuid() -> None:
+    assert is_uuid("123e4567-e89b-42d3-a456-426614174000", v4=True)
+    assert not is_uuid("123e4567-e89b-12d3-a456-426614174000", v4=True)
+    assert not is_uuid("123e4567e89b42d3a456426614174000")
+    assert not is_uuid(5)
+
+
+def test_config_precedence_and_parsing() -> None:
+    cfg = config_mod.load({"SVC_PORT": "9000", "SVC_MAP_SIZE": "1GiB", "SVC_ACCESS_LOG": "off",
+                           "SVC_HOST": "0.0.0.0"}, {"host": "127.0.0.2"})
+    assert cfg.port == 9000 and cfg.map_size == 1 << 30 and cfg.access_log is False
+    assert cfg.host == "127.0.0.2"
+    assert cfg.base_url == "http://127.0.0.2:9000"
+    with pytest.raises(errors.ValidationError):
+        config_mod.load({"SVC_PORT": "eighty"}, {})
+
+
+def test_config_fields_match_settings_table() -> None:
+    import attrs
+    assert [s.name for s in config_mod.SETTINGS] == [f.name for f in attrs.fields(config_mod.Config)]
+    defaults = config_mod.Config()
+    for s in config_mod.SETTINGS:
+        assert getattr(defaults, s.name) == s.default, s.name
+
+
+def test_error_tree_statuses() -> None:
+    table = {
+        errors.ValidationError: (400, "validation_error"),
+        errors.InvalidDomain: (400, "invalid_domain"),
+        errors.DestinationBlocked: (400, "destination_blocked"),
+        errors.InvalidApiKey: (401, "invalid_api_key"),
+        errors.WrongKeyKind: (403, "wrong_key_kind"),
+        errors.ProjectSuspended: (403, "project_suspended"),
+        errors.InstallNotFound: (404, "install_not_found"),
+        errors.RateLimited: (429, "rate_limited"),
+        errors.LinkQuotaExceeded: (429, "link_quota_exceeded"),
+        errors.InternalError: (500, "internal_error"),
+        errors.IdempotencyKeyReused: (409, "idempotency_key_reused"),
+        errors.InstallIdConflict: (409, "install_id_conflict"),
+        errors.InstallNotRegistered: (409, "install_not_registered"),
+    }
+    for cls, (status, code) in table.items():
+        assert (cls.status, cls.code) == (status, code), cls
+    assert issubclass(errors.StoreFull, errors.InternalError)
+    assert not issubclass(errors.RemoteError, errors.CallerError)

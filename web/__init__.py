@@ -1,0 +1,1 @@
+"""web: the outer ring (ASGI front, API handlers, redirector, dashboard, CLI)."""

@@ -1,0 +1,251 @@
+"""The ``svc`` command line.
+
+    svc serve [--data DIR] [--host H] [--port P] [--public-url URL]
+              [--certfile F --keyfile F] [--bootstrap]
+    svc bootstrap [--data DIR] [--json]
+    svc keys create --project ID --kind publishable|secret --mode test|live [--name N]
+    svc keys list --project ID
+    svc keys revoke --project ID KEY_ID
+    svc project create --org ID --name NAME
+    svc plan set ORG PLAN
+    svc user create --email E [--password P] [--org ID --role ROLE]
+    svc backup DEST [--data DIR]
+
+Every flag also reads from its ``SVC_*`` environment variable (README.md).
+Commands other than ``serve`` may run while the service is serving the same
+data dir: LMDB serialises writers across processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from actors.clock import SystemClock
+from storage.lmdb_store import LmdbStore
+from svc_engine import config as config_mod
+from svc_engine.errors import SvcError
+from svc_engine.keys import KeyKind, Mode
+from svc_engine.plans import parse_plan
+from svc_engine.records import Role
+from web import tenancy
+from web.services import system_random
+
+
+def _now() -> int:
+    return SystemClock().now_ms()
+
+
+def _config(args: argparse.Namespace) -> config_mod.Config:
+    overrides = {k: v for k, v in vars(args).items() if k in {s.name for s in config_mod.SETTINGS}}
+    return config_mod.load(os.environ, overrides)
+
+
+def _with_store(cfg: config_mod.Config, fn: Callable[[LmdbStore], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        store = LmdbStore(cfg.data_dir, map_size=cfg.map_size)
+        try:
+            async with trio.open_nursery() as n:
+                await n.start(store.writer.run)
+                try:
+                    return await fn(store)
+                finally:
+                    store.writer.close()
+        finally:
+            store.close()
+
+    return trio.run(main)
+
+
+def _print(value: object, as_json: bool = True) -> None:
+    if as_json:
+        print(json.dumps(value, indent=2))
+    else:
+        print(value)
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    from web.main import run
+
+    run(_config(args), bootstrap=args.bootstrap)
+
+
+def cmd_bootstrap(args: argparse.Namespace) -> None:
+    cfg = _config(args)
+
+    async def go(store: LmdbStore) -> dict[str, object]:
+        return await tenancy.bootstrap(store, cfg.base_url, system_random, _now())
+
+    info = _with_store(cfg, go)
+    if args.json:
+        _print(info)
+    else:
+        print(f"organization {info['organizationId']}\nproject      {info['projectId']}")
+        for k, v in dict(info["keys"]).items():  # type: ignore[call-overload]
+            print(f"{k:12} {v}")
+        owner = dict(info["owner"])  # type: ignore[call-overload]
+        print(f"owner        {owner['email']} {owner.get('password', '(password set)')}")
+
+
+def cmd_keys(args: argparse.Namespace) -> None:
+    cfg = _config(args)
+
+    async def go(store: LmdbStore) -> object:
+        if args.keys_cmd == "create":
+            kind = KeyKind.PUBLISHABLE if args.kind.startswith("p") else KeyKind.SECRET
+            key_id, raw = await tenancy.create_key(store, args.project, kind, Mode(args.mode),
+                                                   args.name, system_random, _now())
+            return {"id": key_id, "key": raw}
+        if args.keys_cmd == "list":
+            return [k.to_json() for k in store.list_keys(args.project)]
+        key = await store.revoke_key(args.project, args.key_id, _now())
+        return key.to_json()
+
+    _print(_with_store(cfg, go))
+
+
+def cmd_project(args: argparse.Namespace) -> None:
+    cfg = _config(args)
+
+    async def go(store: LmdbStore) -> object:
+        project, keys = await tenancy.create_project(store, args.org, args.name, system_random,
+                                                     _now())
+        return {"projectId": project.id, "keys": keys}
+
+    _print(_with_store(cfg, go))
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    cfg = _config(args)
+    plan = parse_plan(args.plan)
+
+    async def go(store: LmdbStore) -> object:
+        org = await store.set_plan(args.org, plan)
+        return {"organizationId": org.id, "plan": org.plan.value}
+
+    _print(_with_store(cfg, go))
+
+
+def cmd_user(args: argparse.Namespace) -> None:
+    cfg = _config(args)
+    password = args.password or tenancy.new_password(system_random)
+
+    async def go(store: LmdbStore) -> object:
+        user = await tenancy.create_user(store, args.email, password, system_random, _now())
+        out: dict[str, object] = {"userId": user.id, "email": user.email}
+        if not args.password:
+            out["password"] = password
+        if args.org:
+            await tenancy.add_member(store, args.org, user.id, Role(args.role), _now())
+            out["organizationId"], out["role"] = args.org, args.role
+        return out
+
+    _print(_with_store(cfg, go))
+
+
+def cmd_backup(args: argparse.Namespace) -> None:
+    cfg = _config(args)
+
+    async def go(store: LmdbStore) -> object:
+        await store.backup(args.dest)
+        return {"backup": args.dest}
+
+    _print(_with_store(cfg, go))
+
+
+def _add_data(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", dest="data_dir", help="data directory (SVC_DATA_DIR)")
+    p.add_argument("--map-size", dest="map_size", type=config_mod.SETTINGS[4].parse,
+                   help="LMDB map size (SVC_MAP_SIZE)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="svc", description="short links, deferred deep "
+                                "linking, conversion events and signed webhooks")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("serve", help="run the service")
+    _add_data(s)
+    s.add_argument("--host", help="listen address (SVC_HOST)")
+    s.add_argument("--port", type=int, help="listen port (SVC_PORT)")
+    s.add_argument("--public-url", dest="public_url", help="public base URL (SVC_PUBLIC_URL)")
+    s.add_argument("--certfile", help="TLS certificate (SVC_CERTFILE)")
+    s.add_argument("--keyfile", help="TLS key (SVC_KEYFILE)")
+    s.add_argument("--bootstrap", action="store_true",
+                   help="on a fresh data dir, create and print the first org, project, "
+                        "owner and keys")
+    s.set_defaults(fn=cmd_serve)
+
+    b = sub.add_parser("bootstrap", help="create (or report) the first org, project and keys")
+    _add_data(b)
+    b.add_argument("--public-url", dest="public_url")
+    b.add_argument("--json", action="store_true", help="print JSON")
+    b.set_defaults(fn=cmd_bootstrap)
+
+    k = sub.add_parser("keys", help="API keys")
+    ksub = k.add_subparsers(dest="keys_cmd", required=True)
+    kc = ksub.add_parser("create")
+    _add_data(kc)
+    kc.add_argument("--project", required=True)
+    kc.add_argument("--kind", required=True, choices=["publishable", "secret", "pk", "sk"])
+    kc.add_argument("--mode", required=True, choices=["test", "live"])
+    kc.add_argument("--name", default="")
+    kl = ksub.add_parser("list")
+    _add_data(kl)
+    kl.add_argument("--project", required=True)
+    kr = ksub.add_parser("revoke")
+    _add_data(kr)
+    kr.add_argument("--project", required=True)
+    kr.add_argument("key_id")
+    k.set_defaults(fn=cmd_keys)
+
+    pr = sub.add_parser("project", help="projects")
+    psub = pr.add_subparsers(dest="project_cmd", required=True)
+    pc = psub.add_parser("create")
+    _add_data(pc)
+    pc.add_argument("--org", required=True)
+    pc.add_argument("--name", required=True)
+    pr.set_defaults(fn=cmd_project)
+
+    pl = sub.add_parser("plan", help="organization plans")
+    plsub = pl.add_subparsers(dest="plan_cmd", required=True)
+    ps = plsub.add_parser("set")
+    _add_data(ps)
+    ps.add_argument("org")
+    ps.add_argument("plan", help="starter, growth or scale")
+    pl.set_defaults(fn=cmd_plan)
+
+    u = sub.add_parser("user", help="dashboard users")
+    usub = u.add_subparsers(dest="user_cmd", required=True)
+    uc = usub.add_parser("create")
+    _add_data(uc)
+    uc.add_argument("--email", required=True)
+    uc.add_argument("--password")
+    uc.add_argument("--org")
+    uc.add_argument("--role", default="developer", choices=[r.value for r in Role])
+    u.set_defaults(fn=cmd_user)
+
+    bk = sub.add_parser("backup", help="consistent copy of the data dir, safe while serving")
+    _add_data(bk)
+    bk.add_argument("dest")
+    bk.set_defaults(fn=cmd_backup)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except SvcError as e:
+        print(f"svc: {e.code}: {e.message}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

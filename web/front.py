@@ -1,0 +1,96 @@
+"""The ASGI front: one application that dispatches every request.
+
+``/v1/...`` goes to the JSON API, ``/healthz`` answers here, ``/dashboard`` and
+``/static`` go to the Quart-Trio dashboard app, and every other path on a link
+domain goes to the redirector. An admission limit caps the requests in flight:
+past it a request gets an immediate 503 with ``Retry-After`` instead of a long
+queue. Unexpected exceptions are logged (without client data) and answered
+with 500 ``internal_error``; they never take the process down.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from svc_engine.errors import NotFound, Overloaded, SvcError
+from web import logs
+from web.api import Api
+from web.http import Receive, Request, Response, Scope, Send, error_response, json_response
+from web.services import Services
+
+log = logging.getLogger("svc.web")
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+PageHandler = Callable[[Request], Awaitable[Response]]
+
+
+class Front:
+    def __init__(self, services: Services, *, dashboard: AsgiApp | None = None,
+                 pages: PageHandler | None = None) -> None:
+        self.services = services
+        self.api = Api(services)
+        self.dashboard = dashboard
+        self.pages = pages
+        self.in_flight = 0
+        self.max_in_flight = services.config.max_in_flight
+        self.access_log = services.config.access_log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await _lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        start = time.perf_counter()
+        path: str = scope["path"]
+        if self.dashboard is not None and (path.startswith(("/dashboard", "/static/"))):
+            await self.dashboard(scope, receive, send)
+            self._log(scope, 0, start)
+            return
+        req = Request(scope, receive)
+        if self.in_flight >= self.max_in_flight:
+            resp = error_response(Overloaded("the service is at capacity; retry shortly"))
+        else:
+            self.in_flight += 1
+            try:
+                resp = await self._dispatch(req)
+            finally:
+                self.in_flight -= 1
+        await resp.send(send, head=req.method == "HEAD")
+        self._log(scope, resp.status, start)
+
+    async def _dispatch(self, req: Request) -> Response:
+        try:
+            if req.path.startswith("/v1/") or req.path == "/v1":
+                return await self.api.handle(req)
+            if req.path == "/healthz":
+                return json_response(200, {"status": "ok"})
+            if self.pages is not None:
+                return await self.pages(req)
+            raise NotFound(f"no route for {req.path}")
+        except SvcError as e:
+            if e.status >= 500 and not isinstance(e, Overloaded):
+                log.error("%s on %s %s: %s", type(e).__name__, req.method, req.path, e)
+            return error_response(e)
+        except Exception:
+            log.exception("unhandled error on %s %s", req.method, req.path)
+            return error_response(SvcError("internal error"))
+
+    def _log(self, scope: Scope, status: int, start: float) -> None:
+        if self.access_log:
+            logs.access_line(scope["method"], scope["path"], status,
+                             (time.perf_counter() - start) * 1000)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message: dict[str, Any] = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

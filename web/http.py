@@ -1,0 +1,173 @@
+"""Minimal request and response objects for the lean ASGI front.
+
+The API and the redirector are served without a framework's per-request
+machinery (see bench/README.md for why); the dashboard is a Quart-Trio app
+mounted behind the same front. Bodies are read with a cap: a declared or
+actual body over the limit is 413 ``payload_too_large`` without reading more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+
+from svc_engine.errors import (
+    CallerError,
+    MethodNotAllowed,
+    Overloaded,
+    PayloadTooLarge,
+    RateLimited,
+    SvcError,
+    UnsupportedMediaType,
+    ValidationError,
+)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+JSON_TYPE = "application/json"
+MAX_JSON_DEPTH = 32
+
+
+class Request:
+    __slots__ = ("_body", "_headers", "_json", "_receive", "method", "params", "path",
+                 "query_string", "raw_headers", "scope")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self.scope = scope
+        self._receive = receive
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+        self.query_string: bytes = scope.get("query_string", b"")
+        self.raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
+        self._headers: dict[str, str] | None = None
+        self._body: bytes | None = None
+        self._json: Any = None
+        self.params: dict[str, str] = {}
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self._headers is None:
+            h: dict[str, str] = {}
+            for k, v in self.raw_headers:
+                h[k.decode("latin-1").lower()] = v.decode("latin-1")
+            self._headers = h
+        return self._headers
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name)
+
+    def query(self) -> dict[str, str]:
+        try:
+            return dict(parse_qsl(self.query_string.decode("utf-8"), keep_blank_values=True))
+        except UnicodeDecodeError:
+            raise ValidationError("the query string is not valid UTF-8") from None
+
+    async def body(self, limit: int) -> bytes:
+        if self._body is not None:
+            return self._body
+        declared = self.header("content-length")
+        if declared is not None:
+            try:
+                if int(declared) > limit:
+                    raise PayloadTooLarge(f"request body over {limit} bytes")
+            except ValueError:
+                raise ValidationError("malformed Content-Length") from None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body over {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        self._body = b"".join(chunks)
+        return self._body
+
+    async def json(self, limit: int) -> Any:
+        """Decode a JSON body; errors are 400 (415 for a non-JSON content type)."""
+        body = await self.body(limit)
+        ctype = (self.header("content-type") or "").split(";")[0].strip().lower()
+        if ctype and ctype != JSON_TYPE and not ctype.endswith("+json"):
+            raise UnsupportedMediaType("send Content-Type: application/json")
+        if not body:
+            raise ValidationError("the request body must be JSON")
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise ValidationError("the request body is not valid JSON (UTF-8)") from None
+        if _depth(value) > MAX_JSON_DEPTH:
+            raise ValidationError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        return value
+
+
+def _depth(value: Any) -> int:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    deepest = 0
+    while stack:
+        v, d = stack.pop()
+        deepest = max(deepest, d)
+        if d > MAX_JSON_DEPTH:
+            return d
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
+class Response:
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, body: bytes = b"",
+                 headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+        self.status = status
+        self.body = body
+        self.headers = list(headers)
+
+    async def send(self, send: Send, *, head: bool = False) -> None:
+        headers = [*self.headers, (b"content-length", str(len(self.body)).encode())]
+        await send({"type": "http.response.start", "status": self.status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if head else self.body})
+
+
+def json_response(status: int, value: Any, headers: Iterable[tuple[bytes, bytes]] = ()
+                  ) -> Response:
+    return Response(status, orjson.dumps(value),
+                    [(b"content-type", b"application/json"), *headers])
+
+
+def html_response(status: int, html: str, headers: Iterable[tuple[bytes, bytes]] = ()
+                  ) -> Response:
+    return Response(status, html.encode("utf-8"),
+                    [(b"content-type", b"text/html; charset=utf-8"), *headers])
+
+
+def error_response(error: SvcError) -> Response:
+    """The DESIGN.md error body: {"error": {"code", "message"}} with the status."""
+    body: dict[str, Any] = {"code": error.code, "message": error.message}
+    if isinstance(error, ValidationError) and error.field:
+        body["field"] = error.field
+    headers: list[tuple[bytes, bytes]] = []
+    if isinstance(error, RateLimited | Overloaded) or getattr(error, "retry_after", None):
+        headers.append((b"retry-after", str(getattr(error, "retry_after", 1)).encode()))
+    if isinstance(error, MethodNotAllowed) and error.allowed:
+        headers.append((b"allow", ", ".join(error.allowed).encode()))
+    if error.status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="svc"'))
+    status = error.status if isinstance(error, CallerError | Overloaded) else 500
+    if status == 500:
+        body = {"code": "internal_error", "message": "internal error; it has been logged"}
+    return json_response(status, {"error": body}, headers)
+
+
+def parse_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]

@@ -1,0 +1,74 @@
+"""The Idempotency-Key guard for API writes.
+
+For a write with ``Idempotency-Key``: a lock per (project and mode, key) makes
+a retry that arrives while the first attempt is still running wait for it; the
+stored response of an earlier attempt with the same request is replayed byte
+for byte (with ``Idempotent-Replayed: true``); another request under the same
+key is 409 ``idempotency_key_reused``. The handler records its response in the
+same transaction as its effect (``IdemWrite``), so a crash cannot separate them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import orjson
+import trio
+
+from svc_engine.idempotency import check_key, fingerprint, replay_or_conflict
+from svc_engine.store import IdemWrite
+from web.http import Request, Response
+from web.services import Services
+
+Render = Callable[[object], tuple[int, str, bytes]]
+
+
+class IdemSlot:
+    """Given to a write handler: builds the IdemWrite for its store operation."""
+
+    def __init__(self, scope: str, key: str | None, fp: bytes, now_ms: int) -> None:
+        self.scope, self.key, self.fp, self.now_ms = scope, key, fp, now_ms
+
+    def write(self, render: Render) -> IdemWrite | None:
+        if self.key is None:
+            return None
+        return IdemWrite(scope=self.scope, key=self.key, fingerprint=self.fp,
+                         now_ms=self.now_ms, render=render)
+
+
+def json_render(status: int) -> Render:
+    def render(value: object) -> tuple[int, str, bytes]:
+        return status, "application/json", orjson.dumps(value)
+
+    return render
+
+
+class IdempotencyGuard:
+    def __init__(self, services: Services) -> None:
+        self._services = services
+        self._locks: dict[tuple[str, str], tuple[trio.Lock, int]] = {}
+
+    async def run(self, req: Request, scope: str, body: bytes,
+                  handler: Callable[[IdemSlot], Awaitable[Response]]) -> Response:
+        key = check_key(req.header("idempotency-key"))
+        fp = fingerprint(req.method, req.path, body)
+        now = self._services.clock.now_ms()
+        if key is None:
+            return await handler(IdemSlot(scope, None, fp, now))
+        lock_key = (scope, key)
+        lock, users = self._locks.get(lock_key, (trio.Lock(), 0))
+        self._locks[lock_key] = (lock, users + 1)
+        try:
+            async with lock:
+                stored = replay_or_conflict(self._services.store.get_response(scope, key), fp)
+                if stored is not None:
+                    return Response(stored.status, stored.body,
+                                    [(b"content-type", stored.content_type.encode()),
+                                     (b"idempotent-replayed", b"true")])
+                return await handler(IdemSlot(scope, key, fp, self._services.clock.now_ms()))
+        finally:
+            lock, users = self._locks[lock_key]
+            if users <= 1:
+                del self._locks[lock_key]
+            else:
+                self._locks[lock_key] = (lock, users - 1)

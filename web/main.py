@@ -1,0 +1,119 @@
+"""The composition root: ``svc serve``.
+
+One ``trio.run``. The root nursery holds the storage writer; inside it the
+service nursery holds the timer, the housekeeper, the project actors' registry
+and ``hypercorn.trio.serve`` with the ASGI front. On SIGTERM or SIGINT Hypercorn
+stops accepting and lets in-flight requests finish (``SVC_SHUTDOWN_GRACE``),
+the actors are stopped, the writer commits everything queued, and LMDB is
+closed. A request is answered only after its write is durable, so nothing
+acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from actors.clock import Clock, SystemClock
+from actors.registry import Registry
+from actors.timer import TimerActor
+from storage.lmdb_store import LmdbStore
+from svc_engine.config import Config
+from web import logs, tenancy
+from web.front import Front
+from web.housekeeping import Housekeeper
+from web.services import Services, system_random
+
+log = logging.getLogger("svc")
+
+
+def hypercorn_config(config: Config) -> HypercornConfig:
+    hc = HypercornConfig()
+    hc.bind = [f"{config.host}:{config.port}"]
+    hc.accesslog = None  # our own access log, without client addresses
+    hc.errorlog = logging.getLogger("hypercorn.error")  # through our handler, once
+    hc.graceful_timeout = float(config.shutdown_grace_s)
+    hc.keep_alive_timeout = 5
+    hc.h11_max_incomplete_size = 16 * 1024
+    hc.include_server_header = False
+    if config.certfile and config.keyfile:
+        hc.certfile = config.certfile
+        hc.keyfile = config.keyfile
+    return hc
+
+
+async def _wait_for_signal(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("received %s: shutting down", signal.Signals(signum).name)
+            stop.set()
+            return
+
+
+async def serve(config: Config, *, clock: Clock | None = None, bootstrap: bool = False,
+                stop: trio.Event | None = None,
+                on_ready: Callable[[list[str]], Awaitable[None] | None] | None = None) -> None:
+    logs.setup(config.log_level)
+    clock = clock or SystemClock()
+    stop = stop or trio.Event()
+    store = LmdbStore(config.data_dir, map_size=config.map_size)
+    try:
+        async with trio.open_nursery() as storage_nursery:
+            await storage_nursery.start(store.writer.run)
+            try:
+                await _serve_with_store(config, store, clock, bootstrap, stop, on_ready)
+            finally:
+                store.writer.close()
+    finally:
+        store.close()
+        log.info("stopped; data is closed")
+
+
+async def _serve_with_store(config: Config, store: LmdbStore, clock: Clock, bootstrap: bool,
+                            stop: trio.Event,
+                            on_ready: Callable[[list[str]], Awaitable[None] | None] | None
+                            ) -> None:
+    secret = await store.put_meta_once("server_secret", system_random(32))
+    if bootstrap:
+        info = await tenancy.bootstrap(store, config.base_url, system_random, clock.now_ms())
+        print(json.dumps(info, indent=2), flush=True)
+    timer = TimerActor(store, clock)
+    async with trio.open_nursery() as nursery:
+        registry = Registry(store, clock, nursery)
+        services = Services(config=config, store=store, clock=clock, registry=registry,
+                            timer=timer, server_secret=secret)
+        await nursery.start(Housekeeper(services).run)
+        await nursery.start(timer.run)
+        front = Front(services)
+        nursery.start_soon(_wait_for_signal, stop)
+        async with trio.open_nursery() as http:
+            binds = await http.start(_serve_http, front, config, stop)
+            print(f"svc: listening on {' '.join(binds)}", flush=True)
+            if on_ready is not None:
+                maybe = on_ready(binds)
+                if maybe is not None:
+                    await maybe
+        # Hypercorn has drained the in-flight requests: stop the actors.
+        nursery.cancel_scope.cancel()
+
+
+async def _serve_http(front: Front, config: Config, stop: trio.Event, *,
+                      task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
+                      ) -> None:
+    await hypercorn_serve(front, hypercorn_config(config),  # type: ignore[arg-type]
+                          shutdown_trigger=stop.wait, task_status=task_status)
+
+
+def run(config: Config, *, bootstrap: bool = False) -> None:
+    try:
+        trio.run(lambda: serve(config, bootstrap=bootstrap))
+    except KeyboardInterrupt:
+        pass
+    sys.stdout.flush()

@@ -1,0 +1,29 @@
+"""The running service's parts, handed to every handler."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+
+import attrs
+
+from actors.clock import Clock
+from actors.registry import Registry
+from actors.timer import TimerActor
+from storage.lmdb_store import LmdbStore
+from svc_engine.config import Config
+
+
+def system_random(n: int) -> bytes:
+    return secrets.token_bytes(n)
+
+
+@attrs.define
+class Services:
+    config: Config
+    store: LmdbStore
+    clock: Clock
+    registry: Registry
+    timer: TimerActor
+    server_secret: bytes
+    random: Callable[[int], bytes] = system_random

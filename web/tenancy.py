@@ -1,0 +1,135 @@
+"""Creating organizations, projects, keys and users: shared by the CLI
+(``svc bootstrap``, ``svc project create``, ``svc keys ...``, ``svc user create``)
+and the dashboard."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import argon2
+import cbor2
+
+from storage.lmdb_store import LmdbStore
+from svc_engine.errors import NotFound, ValidationError
+from svc_engine.ids import new_id
+from svc_engine.keys import KeyKind, Mode, base62, make_key
+from svc_engine.plans import QUOTAS, Plan, within
+from svc_engine.records import Membership, Organization, Project, Role, User, normalize_email
+
+Random = Callable[[int], bytes]
+_hasher = argon2.PasswordHasher()
+KEY_NAMES = {
+    (KeyKind.PUBLISHABLE, Mode.TEST): "pk_test",
+    (KeyKind.PUBLISHABLE, Mode.LIVE): "pk_live",
+    (KeyKind.SECRET, Mode.TEST): "sk_test",
+    (KeyKind.SECRET, Mode.LIVE): "sk_live",
+}
+
+
+def hash_password(password: str) -> str:
+    return _hasher.hash(password)
+
+
+def verify_password(stored_hash: str, password: str) -> bool:
+    try:
+        return _hasher.verify(stored_hash, password)
+    except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
+        return False
+
+
+def new_password(random: Random) -> str:
+    return base62(random(16), 22)
+
+
+def domain_of(public_url: str) -> str:
+    return urlsplit(public_url).hostname or "localhost"
+
+
+async def create_key(store: LmdbStore, project_id: str, kind: KeyKind, mode: Mode, name: str,
+                     random: Random, now_ms: int) -> tuple[str, str]:
+    """Create a key; returns (key id, key value). The value of a secret key is
+    shown this once: only its hash is kept."""
+    key_id = new_id(random(16))
+    raw, record = make_key(key_id, project_id, kind, mode, name, random(24), now_ms)
+    await store.create_key(record)
+    return key_id, raw
+
+
+async def create_project(store: LmdbStore, org_id: str, name: str, random: Random,
+                         now_ms: int) -> tuple[Project, dict[str, str]]:
+    """A project with its four keys (publishable and secret, test and live)."""
+    org = store.get_org(org_id)
+    if org is None:
+        raise NotFound(f"no organization {org_id}")
+    if not within(QUOTAS[org.plan].projects, len(store.list_projects(org_id))):
+        raise ValidationError(f"the {org.plan.value} plan allows no more projects", field="plan")
+    if not name.strip() or len(name) > 100:
+        raise ValidationError("a project name is 1 to 100 characters", field="name")
+    project = Project(id=new_id(random(16)), org_id=org_id, name=name.strip(),
+                      salt=random(32), created_at_ms=now_ms)
+    await store.create_project(project)
+    keys = {}
+    for (kind, mode), label in KEY_NAMES.items():
+        _, raw = await create_key(store, project.id, kind, mode, f"default {label}", random,
+                                  now_ms)
+        keys[label] = raw
+    return project, keys
+
+
+async def create_org(store: LmdbStore, name: str, plan: Plan, random: Random,
+                     now_ms: int) -> Organization:
+    if not name.strip() or len(name) > 100:
+        raise ValidationError("an organization name is 1 to 100 characters", field="name")
+    org = Organization(id=new_id(random(16)), name=name.strip(), plan=plan,
+                       created_at_ms=now_ms)
+    await store.create_org(org)
+    return org
+
+
+async def create_user(store: LmdbStore, email: str, password: str, random: Random,
+                      now_ms: int) -> User:
+    email = normalize_email(email)
+    if "@" not in email or len(email) > 254:
+        raise ValidationError("a valid e-mail address is needed", field="email")
+    if len(password) < 10:
+        raise ValidationError("a password has at least 10 characters", field="password")
+    user = User(id=new_id(random(16)), email=email, password_hash=hash_password(password),
+                created_at_ms=now_ms)
+    await store.create_user(user)
+    return user
+
+
+async def add_member(store: LmdbStore, org_id: str, user_id: str, role: Role,
+                     now_ms: int) -> Membership:
+    m = Membership(org_id=org_id, user_id=user_id, role=role, created_at_ms=now_ms)
+    await store.set_member(m)
+    return m
+
+
+async def bootstrap(store: LmdbStore, public_url: str, random: Random,
+                    now_ms: int) -> dict[str, object]:
+    """Create the first organization, project, owner and keys on an empty data dir;
+    on a data dir that has them, report what exists (no password or secret keys)."""
+    existing = store.meta("bootstrap")
+    domain = domain_of(public_url)
+    if existing is not None:
+        info = cbor2.loads(existing)
+        keys = {KEY_NAMES[(k.kind, k.mode)]: k.public_value or k.hint
+                for k in store.list_keys(info["project_id"]) if k.active
+                and k.name.startswith("default ")}
+        return {"created": False, "organizationId": info["org_id"],
+                "projectId": info["project_id"], "domain": domain, "keys": keys,
+                "owner": {"email": info["email"]}}
+    org = await create_org(store, "My organization", Plan.GROWTH, random, now_ms)
+    project, keys = await create_project(store, org.id, "My app", random, now_ms)
+    password = new_password(random)
+    email = "owner@localhost"
+    user = await create_user(store, email, password, random, now_ms)
+    await add_member(store, org.id, user.id, Role.OWNER, now_ms)
+    record = cbor2.dumps({"org_id": org.id, "project_id": project.id, "email": email})
+    stored = await store.put_meta_once("bootstrap", record)
+    if stored != record:  # another process bootstrapped concurrently; report theirs
+        return await bootstrap(store, public_url, random, now_ms)
+    return {"created": True, "organizationId": org.id, "projectId": project.id,
+            "domain": domain, "keys": keys, "owner": {"email": email, "password": password}}
