@@ -1,0 +1,415 @@
+"""Parsers for the SDK request bodies and the handoff creation body (sans-IO).
+
+Every ``parse_*`` takes the decoded JSON body (whatever the JSON decoder gave)
+and returns a frozen request record, or raises
+:class:`~svc_engine.errors.ValidationError` whose ``field`` names the first bad
+field (``installId``, ``events[3].name``) and whose message starts with it
+(``"events[3].name: must be 1 to 100 characters"``).
+
+Decisions where SPEC.md is silent:
+
+- Unknown fields are ignored on the SDK endpoints (``/v1/sdk/...``), so that a
+  newer SDK can add fields without breaking against an older service.
+  ``POST /v1/handoffs`` (server, secret key) rejects them, like
+  ``PATCH /v1/deferred/settings``: a typo such as ``expiresIn`` must not give
+  the silent 7-day default.
+- JSON types are strict: ``true`` is not a number, ``1`` is not a boolean.
+  ``null`` means the same as an absent optional field.
+- ``installId`` is a UUID v4 in canonical 8-4-4-4-12 form; other ids
+  (``linkId``, event ids) may be any UUID version. Hex digits may be upper or
+  lower case; every id is returned in lower case.
+- ``platform``: ``ios`` and ``android`` (compared case-insensitively); any
+  other string becomes ``other``.
+- Strings have caps: ``sdkVersion`` 1..64, ``osVersion`` up to 64,
+  ``installReferrer`` up to 4096, ``url`` 1..2048 characters.
+- Events: ``properties`` absent or ``null`` is ``{}``; it must be a JSON object
+  of at most 8 KiB (compact UTF-8 JSON) nested at most 8 levels (the object
+  itself is level 1); non-finite numbers are refused. ``occurredAt`` is
+  RFC 3339 (``T`` separator, seconds required, ``Z`` or ``+hh:mm`` offset,
+  up to 9 fraction digits, truncated to milliseconds) and not before 1970.
+  An ``occurredAt`` later than the time the batch arrives is clamped to that
+  time: an event cannot have happened after it was received, and refusing it
+  would make the SDK drop the whole batch for one bad device clock.
+  Duplicate ids inside a batch are accepted here and removed by
+  ``svc_engine.events.split_duplicates``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import urllib.parse
+from collections.abc import Mapping
+from typing import Final
+
+import attrs
+
+from svc_engine.errors import ValidationError
+from svc_engine.ids import is_uuid
+
+MAX_EVENTS_PER_BATCH: Final = 100
+EVENT_NAME_MAX: Final = 100
+PROPERTIES_MAX_BYTES: Final = 8 * 1024
+PROPERTIES_MAX_DEPTH: Final = 8
+USER_ID_MAX: Final = 256
+HANDOFF_MAX_SECONDS: Final = 7 * 24 * 3600
+SDK_VERSION_MAX: Final = 64
+OS_VERSION_MAX: Final = 64
+REFERRER_MAX: Final = 4096
+URL_MAX: Final = 2048
+
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,128}", re.A)
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+    r"(?:([Zz])|([+-])(\d{2}):(\d{2}))", re.A)
+_FIRST_NUMBER = re.compile(r"\d+", re.A)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+@attrs.frozen
+class InitRequest:
+    """``POST /v1/sdk/init``: the launch report."""
+
+    install_id: str
+    is_first_launch: bool
+    sdk_version: str
+    platform: str  # "ios", "android" or "other"
+    os_version: str | None = None
+    install_referrer: str | None = None
+
+    @property
+    def os_major(self) -> int | None:
+        return os_major(self.os_version)
+
+    @property
+    def referrer_token(self) -> str | None:
+        """The ``svc_token`` of an Android first launch's install referrer."""
+        if self.platform != "android" or not self.is_first_launch:
+            return None
+        if self.install_referrer is None:
+            return None
+        return parse_install_referrer(self.install_referrer)
+
+
+@attrs.frozen
+class ResolveRequest:
+    """``POST /v1/sdk/resolve``: a link that opened the app."""
+
+    url: str
+    install_id: str
+
+    @property
+    def short_url(self) -> str | None:
+        """The http(s) URL to look up: ``url`` itself, or the ``svc_link`` query
+        parameter of a custom-scheme URL (SPEC "Delivery inside the app" 3).
+        None when there is nothing to look up (the caller answers 404)."""
+        parts = _split(self.url)
+        if parts is None:
+            return None
+        if parts.scheme.lower() in ("http", "https"):
+            return self.url
+        for value in urllib.parse.parse_qs(parts.query).get("svc_link", []):
+            inner = _split(value)
+            if inner is not None and inner.scheme.lower() in ("http", "https") and inner.netloc:
+                return value
+        return None
+
+
+@attrs.frozen
+class HandoffCreateRequest:
+    """``POST /v1/handoffs``: exactly one of ``link_id``, ``url``, ``svc_token``."""
+
+    user_id: str  # trimmed
+    link_id: str | None = None
+    url: str | None = None
+    svc_token: str | None = None
+    expires_in_seconds: int | None = None
+
+
+@attrs.frozen
+class ClaimRequest:
+    """``POST /v1/sdk/handoffs/claim``."""
+
+    user_id: str  # trimmed
+    install_id: str
+
+
+@attrs.frozen
+class EventInput:
+    """One custom event as the SDK sent it (validated, not yet stored)."""
+
+    id: str
+    name: str
+    properties: dict[str, object]
+    link_id: str | None
+    occurred_at_ms: int
+
+
+@attrs.frozen
+class EventsBatch:
+    """``POST /v1/sdk/events``."""
+
+    install_id: str
+    events: tuple[EventInput, ...]
+
+
+# --- public parsers --------------------------------------------------------------------
+
+
+def parse_init(body: object) -> InitRequest:
+    m = _object(body)
+    platform = m.get("platform")
+    if not isinstance(platform, str):
+        raise ValidationError("platform: must be a string", field="platform")
+    normalised = platform.strip().lower()
+    return InitRequest(
+        install_id=_uuid4(m, "installId"),
+        is_first_launch=_req_bool(m, "isFirstLaunch"),
+        sdk_version=_req_str(m, "sdkVersion", "sdkVersion", 1, SDK_VERSION_MAX),
+        platform=normalised if normalised in ("ios", "android") else "other",
+        os_version=_opt_str(m, "osVersion", "osVersion", OS_VERSION_MAX),
+        install_referrer=_opt_str(m, "installReferrer", "installReferrer", REFERRER_MAX),
+    )
+
+
+def parse_resolve(body: object) -> ResolveRequest:
+    m = _object(body)
+    url = _req_str(m, "url", "url", 1, URL_MAX)
+    parts = _split(url)
+    if parts is None or not parts.scheme:
+        raise ValidationError("url: must be an absolute URL", field="url")
+    return ResolveRequest(url=url, install_id=_uuid4(m, "installId"))
+
+
+def parse_claim(body: object) -> ClaimRequest:
+    m = _object(body)
+    return ClaimRequest(user_id=_user_id(m), install_id=_uuid4(m, "installId"))
+
+
+def parse_handoff_create(body: object, *, web_fallback_tokens: bool) -> HandoffCreateRequest:
+    """Parse ``POST /v1/handoffs``; ``svcToken`` needs the ``webFallbackTokens`` setting."""
+    m = _object(body)
+    known = ("linkId", "url", "svcToken", "userId", "expiresInSeconds")
+    for key in m:
+        if key not in known:
+            raise ValidationError(f"{key}: unknown field; known fields: {', '.join(known)}",
+                                  field=key)
+    given = [k for k in ("linkId", "url", "svcToken") if m.get(k) is not None]
+    if len(given) != 1:
+        where = given[1] if len(given) > 1 else "linkId"
+        raise ValidationError(f"{where}: give exactly one of linkId, url or svcToken",
+                              field=where)
+    link_id = _opt_uuid(m, "linkId", "linkId")
+    url = _opt_str(m, "url", "url", URL_MAX)
+    if url is not None:
+        parts = _split(url)
+        if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+            raise ValidationError("url: must be an http or https URL", field="url")
+    token = _opt_str(m, "svcToken", "svcToken", 128)
+    if token is not None:
+        if not web_fallback_tokens:
+            raise ValidationError("svcToken: needs the webFallbackTokens setting",
+                                  field="svcToken")
+        if not _TOKEN.fullmatch(token):
+            raise ValidationError("svcToken: not a valid token", field="svcToken")
+    expires = m.get("expiresInSeconds")
+    if expires is not None:
+        expires = check_expires_in_seconds(expires)
+    return HandoffCreateRequest(user_id=_user_id(m), link_id=link_id, url=url,
+                                svc_token=token, expires_in_seconds=expires)
+
+
+def check_expires_in_seconds(value: object) -> int:
+    """``expiresInSeconds``: a whole number from 1 to 7 days in seconds."""
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 1 <= value <= HANDOFF_MAX_SECONDS:
+        raise ValidationError(
+            f"expiresInSeconds: must be a whole number from 1 to {HANDOFF_MAX_SECONDS}",
+            field="expiresInSeconds")
+    return value
+
+
+def parse_events_batch(body: object, *, now_ms: int) -> EventsBatch:
+    m = _object(body)
+    install_id = _uuid4(m, "installId")
+    raw = m.get("events")
+    if not isinstance(raw, list):
+        raise ValidationError("events: must be a list of events", field="events")
+    if not 1 <= len(raw) <= MAX_EVENTS_PER_BATCH:
+        raise ValidationError(f"events: must hold 1 to {MAX_EVENTS_PER_BATCH} events",
+                              field="events")
+    events = tuple(_event(item, f"events[{i}]", now_ms) for i, item in enumerate(raw))
+    return EventsBatch(install_id=install_id, events=events)
+
+
+def parse_install_referrer(raw: str) -> str | None:
+    """The ``svc_token`` carried in a Play install referrer, or None.
+
+    The referrer is a URL-encoded query string (``svc_token=abc&utm_source=x``);
+    one extra level of percent-encoding (``svc_token%3Dabc%26...``) is undone.
+    The first ``svc_token`` that looks like a token wins."""
+    text = raw.strip().removeprefix("?")
+    for candidate in (text, urllib.parse.unquote(text)):
+        for value in urllib.parse.parse_qs(candidate).get("svc_token", []):
+            if _TOKEN.fullmatch(value):
+                return value
+    return None
+
+
+def os_major(os_version: str | None) -> int | None:
+    """Major version from an OS version string: ``"17.4.1"`` and
+    ``"Version 17.4 (Build 21E219)"`` give 17. None when there is none."""
+    if os_version is None:
+        return None
+    found = _FIRST_NUMBER.search(os_version)
+    if found is None or len(found.group()) > 3:
+        return None
+    major = int(found.group())
+    return major if major > 0 else None
+
+
+def parse_timestamp_ms(text: str) -> int | None:
+    """RFC 3339 date-time to UTC milliseconds since the epoch (fraction
+    truncated), or None when ``text`` is not one or is before 1970."""
+    found = _RFC3339.fullmatch(text)
+    if found is None:
+        return None
+    y, mo, d, h, mi, s, frac, zulu, sign, oh, om = found.groups()
+    try:
+        offset = dt.timedelta(0) if zulu else dt.timedelta(hours=int(oh), minutes=int(om))
+        tz = dt.timezone(-offset if sign == "-" else offset)
+        micros = int((frac or "").ljust(6, "0")[:6])
+        when = dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), micros, tzinfo=tz)
+        ms = (when - _EPOCH) // dt.timedelta(milliseconds=1)
+    except (ValueError, OverflowError):
+        return None
+    return ms if ms >= 0 else None
+
+
+def trimmed_user_id(value: object, field: str = "userId") -> str:
+    """A user ID, trimmed, 1 to 256 characters after trimming."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{field}: must be a string", field=field)
+    trimmed = value.strip()
+    if not 1 <= len(trimmed) <= USER_ID_MAX:
+        raise ValidationError(f"{field}: must be 1 to {USER_ID_MAX} characters after trimming",
+                              field=field)
+    return trimmed
+
+
+# --- pieces ----------------------------------------------------------------------------
+
+
+def _event(item: object, where: str, now_ms: int) -> EventInput:
+    if not isinstance(item, dict):
+        raise ValidationError(f"{where}: must be an object", field=where)
+    event_id = _opt_uuid(item, "id", f"{where}.id")
+    if event_id is None:
+        raise ValidationError(f"{where}.id: required", field=f"{where}.id")
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise ValidationError(f"{where}.name: must be a string", field=f"{where}.name")
+    if not 1 <= len(name) <= EVENT_NAME_MAX:
+        raise ValidationError(f"{where}.name: must be 1 to {EVENT_NAME_MAX} characters",
+                              field=f"{where}.name")
+    properties = item.get("properties")
+    if properties is None:
+        properties = {}
+    _check_properties(properties, f"{where}.properties")
+    assert isinstance(properties, dict)
+    occurred = item.get("occurredAt")
+    field = f"{where}.occurredAt"
+    if not isinstance(occurred, str):
+        raise ValidationError(f"{field}: must be an RFC 3339 date-time string", field=field)
+    occurred_ms = parse_timestamp_ms(occurred)
+    if occurred_ms is None:
+        raise ValidationError(
+            f"{field}: must be an RFC 3339 date-time with seconds and a Z or +hh:mm offset, "
+            "not before 1970", field=field)
+    return EventInput(id=event_id, name=name, properties=properties,
+                      link_id=_opt_uuid(item, "linkId", f"{where}.linkId"),
+                      occurred_at_ms=min(occurred_ms, now_ms))
+
+
+def _check_properties(value: object, field: str) -> None:
+    if not isinstance(value, dict):
+        raise ValidationError(f"{field}: must be a JSON object", field=field)
+    if _too_deep(value, PROPERTIES_MAX_DEPTH):
+        raise ValidationError(f"{field}: nested deeper than {PROPERTIES_MAX_DEPTH} levels",
+                              field=field)
+    try:
+        encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                             allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"{field}: not encodable as JSON", field=field) from exc
+    if len(encoded) > PROPERTIES_MAX_BYTES:
+        raise ValidationError(f"{field}: larger than {PROPERTIES_MAX_BYTES} bytes as JSON",
+                              field=field)
+
+
+def _too_deep(value: object, levels: int) -> bool:
+    """Whether containers nest more than ``levels`` deep in ``value``; never recurses
+    further than ``levels + 1``, so a hostile body cannot exhaust the stack."""
+    if isinstance(value, dict):
+        children: list[object] = list(value.values())
+    elif isinstance(value, list):
+        children = value
+    else:
+        return False
+    return levels == 0 or any(_too_deep(child, levels - 1) for child in children)
+
+
+def _split(url: str) -> urllib.parse.SplitResult | None:
+    try:
+        return urllib.parse.urlsplit(url)
+    except ValueError:  # "Invalid IPv6 URL" and the like
+        return None
+
+
+def _object(body: object) -> Mapping[str, object]:
+    if not isinstance(body, dict):
+        raise ValidationError("the request body must be a JSON object")
+    return body
+
+
+def _req_bool(m: Mapping[str, object], key: str) -> bool:
+    value = m.get(key)
+    if not isinstance(value, bool):
+        raise ValidationError(f"{key}: must be true or false", field=key)
+    return value
+
+
+def _req_str(m: Mapping[str, object], key: str, field: str, lo: int, hi: int) -> str:
+    value = m.get(key)
+    if not isinstance(value, str):
+        raise ValidationError(f"{field}: must be a string", field=field)
+    if not lo <= len(value) <= hi:
+        raise ValidationError(f"{field}: must be {lo} to {hi} characters", field=field)
+    return value
+
+
+def _opt_str(m: Mapping[str, object], key: str, field: str, hi: int) -> str | None:
+    if m.get(key) is None:
+        return None
+    return _req_str(m, key, field, 0, hi)
+
+
+def _opt_uuid(m: Mapping[str, object], key: str, field: str) -> str | None:
+    value = m.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not is_uuid(value):
+        raise ValidationError(f"{field}: must be a UUID", field=field)
+    return value.lower()
+
+
+def _uuid4(m: Mapping[str, object], key: str) -> str:
+    value = m.get(key)
+    if not isinstance(value, str) or not is_uuid(value, v4=True):
+        raise ValidationError(f"{key}: must be a UUID v4", field=key)
+    return value.lower()
+
+
+def _user_id(m: Mapping[str, object]) -> str:
+    return trimmed_user_id(m.get("userId"))
