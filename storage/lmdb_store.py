@@ -32,7 +32,8 @@ DEFAULT_MAP_SIZE = 8 << 30
 
 
 class LmdbStore:
-    def __init__(self, path: str, *, map_size: int = DEFAULT_MAP_SIZE, readonly: bool = False):
+    def __init__(self, path: str, *, map_size: int = DEFAULT_MAP_SIZE, readonly: bool = False,
+                 inline_commit: bool = False):
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.env = lmdb.open(
@@ -58,7 +59,7 @@ class LmdbStore:
                 for name in layout.DATABASES:
                     self._db[name] = self.env.open_db(name, txn=txn)
                 migrate(txn, self._db[b"meta"])
-        self.writer = Writer(self.env)
+        self.writer = Writer(self.env, inline=inline_commit)
 
     def db(self, name: bytes) -> Any:
         return self._db[name]
@@ -331,17 +332,15 @@ class LmdbStore:
         idem, by_time = self._db[b"idem"], self._db[b"idem_by_time"]
 
         def op(txn: lmdb.Transaction) -> int:
-            cur = txn.cursor(db=by_time)
-            n = 0
-            ok = cur.first()
-            while ok and n < limit:
-                k = bytes(cur.key())
-                if layout.from_ms(k) >= before_ms:
+            doomed: list[bytes] = []
+            for k in txn.cursor(db=by_time).iternext(values=False):
+                if len(doomed) >= limit or layout.from_ms(k) >= before_ms:
                     break
+                doomed.append(bytes(k))
+            for k in doomed:
                 txn.delete(k[8:], db=idem)
-                ok = cur.delete()
-                n += 1
-            return n
+                txn.delete(k, db=by_time)
+            return len(doomed)
 
         return await self.write(op)  # type: ignore[no-any-return]
 

@@ -13,6 +13,11 @@ disk error) every op of the batch fails and nothing of it is visible.
 
 Callers that must not lose their write await ``Pending.wait()``, which returns
 only after the commit reached the disk (LMDB's sync on commit is on).
+
+``inline=True`` commits in the event loop's thread instead. Tests under trio's
+``autojump_clock`` use it: the mock clock jumps whenever every task waits,
+including while a worker thread commits, which would make virtual time leap
+during a write.
 """
 
 from __future__ import annotations
@@ -72,8 +77,10 @@ class WriterStats:
 
 
 class Writer:
-    def __init__(self, env: lmdb.Environment, *, capacity: int = 4096, max_batch: int = 1024):
+    def __init__(self, env: lmdb.Environment, *, capacity: int = 4096, max_batch: int = 1024,
+                 inline: bool = False):
         self._env = env
+        self._inline = inline
         self._send, self._recv = trio.open_memory_channel[Pending[Any]](capacity)
         self._max_batch = max_batch
         self._stats = WriterStats()
@@ -125,7 +132,11 @@ class Writer:
                 # Shielded: a batch that started committing finishes, so a
                 # cancelled service never leaves acknowledged writers waiting.
                 with trio.CancelScope(shield=True):
-                    outcomes = await trio.to_thread.run_sync(self._commit, batch)
+                    if self._inline:
+                        outcomes = self._commit(batch)
+                        await trio.lowlevel.checkpoint()
+                    else:
+                        outcomes = await trio.to_thread.run_sync(self._commit, batch)
                 for p, (result, error) in zip(batch, outcomes, strict=True):
                     p._finish(result, error)
                 self._stats.batches += 1

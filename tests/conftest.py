@@ -29,8 +29,10 @@ def data_dir(tmp_path: Any) -> str:
 
 
 @pytest.fixture
-async def store(data_dir: str) -> AsyncIterator[LmdbStore]:
-    s = LmdbStore(data_dir, map_size=64 << 20)
+async def store(data_dir: str, request: pytest.FixtureRequest) -> AsyncIterator[LmdbStore]:
+    # Under autojump_clock, commit in the loop's thread (see storage/writer.py).
+    inline = "autojump_clock" in request.fixturenames
+    s = LmdbStore(data_dir, map_size=64 << 20, inline_commit=inline)
     async with trio.open_nursery() as n:
         await n.start(s.writer.run)
         yield s

@@ -74,8 +74,18 @@ class ServerProcess:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
+        self._close()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
         assert self.proc is not None
         self.proc.send_signal(sig)
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if getattr(self, "_log", None) is not None:
+            self._log.close()

@@ -1,0 +1,140 @@
+"""The real service process on a real socket: durability across SIGKILL,
+graceful shutdown, the CLI, and logs without client addresses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+
+def _cli(data_dir: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "web.cli", *args, "--data", data_dir],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_settings_patch_survives_sigkill(server_factory: type[ServerProcess]) -> None:
+    srv = server_factory().start()
+    with srv.client("sk_live") as c:
+        r = c.patch("/v1/deferred/settings", json={"iosLandingPage": True,
+                                                    "probabilisticWindowMinutes": 45})
+        assert r.status_code == 200
+    srv.kill()  # right after the acknowledgement, no chance to flush anything
+    again = server_factory(srv.data_dir, bootstrap=False).start()
+    again.info = srv.info
+    with again.client("sk_test") as c:
+        body = c.get("/v1/deferred/settings").json()
+    assert body["iosLandingPage"] is True and body["probabilisticWindowMinutes"] == 45
+
+
+def test_idempotent_replay_survives_restart(server_factory: type[ServerProcess]) -> None:
+    srv = server_factory().start()
+    with srv.client("sk_test", **{"idempotency-key": "restart-1"}) as c:
+        first = c.patch("/v1/deferred/settings", json={"webFallbackTokens": True})
+    srv.kill()
+    again = server_factory(srv.data_dir, bootstrap=False).start()
+    again.info = srv.info
+    with again.client("sk_test", **{"idempotency-key": "restart-1"}) as c:
+        replay = c.patch("/v1/deferred/settings", json={"webFallbackTokens": True})
+        conflict = c.patch("/v1/deferred/settings", json={"webFallbackTokens": False})
+    assert replay.content == first.content and replay.headers["idempotent-replayed"] == "true"
+    assert conflict.status_code == 409
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_graceful_shutdown(server_factory: type[ServerProcess], sig: int) -> None:
+    srv = server_factory().start()
+    with srv.client("sk_test") as c:
+        assert c.patch("/v1/deferred/settings", json={"iosLandingPage": True}).status_code == 200
+    assert srv.stop(sig) == 0
+    logs = srv.logs()
+    assert "shutting down" in logs and "data is closed" in logs
+    assert "Traceback" not in logs
+
+
+def test_logs_never_carry_the_client_address(server_factory: type[ServerProcess]) -> None:
+    srv = server_factory().start()
+    with srv.client("sk_test", **{"user-agent": "DistinctiveAgent/9.9 (UniqueDevice)",
+                                  "referer": "https://ref.example/secret-path?x=1",
+                                  "x-forwarded-for": "203.0.113.77"}) as c:
+        c.get("/v1/deferred/settings")
+        c.get("/v1/deferred/settings?token=abc123")
+        c.get("/nope")
+    srv.stop()
+    logs = srv.logs()
+    assert "GET /v1/deferred/settings 200" in logs
+    for needle in ("127.0.0.1:", "203.0.113.77", "DistinctiveAgent", "secret-path",
+                   "abc123"):
+        # The listening line names the bind address; no request line may.
+        request_lines = [ln for ln in logs.splitlines() if "svc.access" in ln]
+        assert not any(needle in ln for ln in request_lines), needle
+    assert "203.0.113.77" not in logs and "DistinctiveAgent" not in logs
+
+
+def test_bootstrap_is_idempotent_and_hides_secrets_the_second_time(tmp_path: os.PathLike[str]
+                                                                    ) -> None:
+    data = os.path.join(str(tmp_path), "d")
+    first = _cli(data, "bootstrap", "--json")
+    assert first.returncode == 0, first.stderr
+    info = json.loads(first.stdout)
+    assert set(info) >= {"organizationId", "projectId", "domain", "keys", "owner"}
+    assert set(info["keys"]) == {"pk_test", "pk_live", "sk_test", "sk_live"}
+    assert info["keys"]["sk_live"].startswith("sk_live_") and info["owner"]["password"]
+    second = json.loads(_cli(data, "bootstrap", "--json").stdout)
+    assert second["projectId"] == info["projectId"]
+    assert second["keys"]["pk_test"] == info["keys"]["pk_test"]
+    assert info["keys"]["sk_test"] not in json.dumps(second)
+    assert "password" not in second["owner"]
+    # the secret key is nowhere on disk, only its hash
+    for root, _, files in os.walk(data):
+        for f in files:
+            with open(os.path.join(root, f), "rb") as fh:
+                blob = fh.read()
+            assert info["keys"]["sk_test"].encode() not in blob
+            assert info["owner"]["password"].encode() not in blob
+
+
+def test_cli_keys_plan_project_backup(tmp_path: os.PathLike[str]) -> None:
+    data = os.path.join(str(tmp_path), "d")
+    info = json.loads(_cli(data, "bootstrap", "--json").stdout)
+    pid, org = info["projectId"], info["organizationId"]
+    created = json.loads(_cli(data, "keys", "create", "--project", pid, "--kind", "secret",
+                              "--mode", "live", "--name", "ci").stdout)
+    assert created["key"].startswith("sk_live_")
+    listed = json.loads(_cli(data, "keys", "list", "--project", pid).stdout)
+    assert len(listed) == 5 and any(k["name"] == "ci" for k in listed)
+    revoked = json.loads(_cli(data, "keys", "revoke", "--project", pid, created["id"]).stdout)
+    assert revoked["revoked"] is True
+    plan = json.loads(_cli(data, "plan", "set", org, "scale").stdout)
+    assert plan["plan"] == "scale"
+    bad = _cli(data, "plan", "set", org, "platinum")
+    assert bad.returncode == 2 and "validation_error" in bad.stderr
+    proj = json.loads(_cli(data, "project", "create", "--org", org, "--name", "Second").stdout)
+    assert set(proj["keys"]) == {"pk_test", "pk_live", "sk_test", "sk_live"}
+    dest = os.path.join(str(tmp_path), "backup")
+    assert _cli(data, "backup", dest).returncode == 0
+    copied = json.loads(_cli(dest, "keys", "list", "--project", proj["projectId"]).stdout)
+    assert len(copied) == 4
+
+
+def test_backup_while_serving(server_factory: type[ServerProcess],
+                              tmp_path: os.PathLike[str]) -> None:
+    srv = server_factory().start()
+    with srv.client("sk_test") as c:
+        c.patch("/v1/deferred/settings", json={"probabilisticMatching": True})
+    dest = os.path.join(str(tmp_path), "live-backup")
+    r = _cli(srv.data_dir, "backup", dest)
+    assert r.returncode == 0, r.stderr
+    srv.stop()
+    copy = server_factory(dest, bootstrap=False).start()
+    copy.info = srv.info
+    with copy.client("sk_test") as c:
+        assert c.get("/v1/deferred/settings").json()["probabilisticMatching"] is True

@@ -1,0 +1,136 @@
+"""The LMDB store: group commit, op isolation, durability, map-full, backup."""
+
+from __future__ import annotations
+
+import os
+
+import lmdb
+import pytest
+import trio
+
+from storage.lmdb_store import LmdbStore
+from storage.schema import SCHEMA_VERSION, SchemaTooNew
+from svc_engine.deadlines import Deadline
+from svc_engine.errors import Conflict, StoreFull, ValidationError
+from svc_engine.idempotency import fingerprint
+from svc_engine.settings import DeferredSettings
+from svc_engine.store import IdemWrite
+
+
+async def test_writes_queued_together_commit_in_one_batch(store: LmdbStore) -> None:
+    db = store.db(b"meta")
+    pendings = []
+    for i in range(50):
+        def op(txn: lmdb.Transaction, i: int = i) -> int:
+            txn.put(f"k{i}".encode(), b"v", db=db)
+            return i
+        pendings.append(store.writer.submit_nowait(op))
+    results = [await p.wait() for p in pendings]
+    assert results == list(range(50))
+    stats = store.writer.statistics()
+    assert stats.batches == 1 and stats.largest_batch == 50
+    assert store.meta("k49") == b"v"
+
+
+async def test_a_failing_op_does_not_spoil_its_batch(store: LmdbStore) -> None:
+    db = store.db(b"meta")
+
+    def good(txn: lmdb.Transaction) -> str:
+        txn.put(b"good", b"1", db=db)
+        return "ok"
+
+    def bad(txn: lmdb.Transaction) -> None:
+        txn.put(b"bad", b"1", db=db)
+        raise ValidationError("nope")
+
+    p1, p2, p3 = (store.writer.submit_nowait(good), store.writer.submit_nowait(bad),
+                  store.writer.submit_nowait(good))
+    assert await p1.wait() == "ok"
+    with pytest.raises(ValidationError):
+        await p2.wait()
+    assert await p3.wait() == "ok"
+    assert store.meta("good") == b"1"
+    assert store.meta("bad") is None  # the child transaction was aborted
+
+
+async def test_settings_idempotency_record_in_same_commit(store: LmdbStore) -> None:
+    pid = "00000000-0000-4000-8000-000000000001"
+    s = DeferredSettings(ios_landing_page=True)
+    fp = fingerprint("PATCH", "/v1/deferred/settings", b"{}")
+    idem = IdemWrite(scope=f"{pid}:test", key="k1", fingerprint=fp, now_ms=5,
+                     render=lambda v: (200, "application/json", b"{}"))
+    await store.put_settings(pid, s, idem)
+    assert store.get_settings(pid) == s
+    rec = store.get_response(f"{pid}:test", "k1")
+    assert rec is not None and rec.fingerprint == fp and rec.status == 200
+    assert await store.purge_responses(before_ms=5, limit=10) == 0
+    assert await store.purge_responses(before_ms=6, limit=10) == 1
+    assert store.get_response(f"{pid}:test", "k1") is None
+
+
+async def test_unknown_project_settings_are_defaults(store: LmdbStore) -> None:
+    assert store.get_settings("00000000-0000-4000-8000-000000000009") == DeferredSettings()
+
+
+async def test_deadlines_persist_in_due_order(store: LmdbStore) -> None:
+    ds = [Deadline(300, "a", "x"), Deadline(100, "b", "y"), Deadline(200, "a", "z")]
+    await store.add_deadlines(ds)
+    assert store.load_deadlines() == sorted(ds)
+    await store.remove_deadline(ds[1])
+    assert store.load_deadlines() == [ds[2], ds[0]]
+
+
+async def test_duplicate_creation_is_a_conflict(store: LmdbStore) -> None:
+    from svc_engine.plans import Plan
+    from svc_engine.records import Organization
+    org = Organization(id="00000000-0000-4000-8000-00000000000a", name="o", plan=Plan.GROWTH,
+                       created_at_ms=1)
+    await store.create_org(org)
+    with pytest.raises(Conflict):
+        await store.create_org(org)
+    assert store.get_org(org.id) == org
+
+
+async def test_map_full_is_a_clear_error_and_keeps_data(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(str(tmp_path), "small")
+    s = LmdbStore(path, map_size=1 << 20)
+    db = s.db(b"meta")
+    async with trio.open_nursery() as n:
+        await n.start(s.writer.run)
+        await s.write(lambda txn: txn.put(b"before", b"kept", db=db))
+
+        def huge(txn: lmdb.Transaction) -> None:
+            for i in range(10_000):
+                txn.put(f"big{i}".encode(), b"x" * 512, db=db)
+
+        with pytest.raises(StoreFull) as e:
+            await s.write(huge)
+        assert "SVC_MAP_SIZE" in str(e.value)
+        # The store still works for small writes and lost nothing.
+        await s.write(lambda txn: txn.put(b"after", b"ok", db=db))
+        s.writer.close()
+    assert s.meta("before") == b"kept" and s.meta("after") == b"ok"
+    assert s.meta("big0") is None
+    s.close()
+
+
+async def test_backup_is_a_consistent_copy(store: LmdbStore, tmp_path: os.PathLike[str]) -> None:
+    await store.write(lambda txn: txn.put(b"x", b"1", db=store.db(b"meta")))
+    dest = os.path.join(str(tmp_path), "backup")
+    await store.backup(dest)
+    copy = LmdbStore(dest, map_size=64 << 20)
+    assert copy.meta("x") == b"1"
+    copy.close()
+    with pytest.raises(Conflict):
+        await store.backup(dest)
+
+
+def test_schema_version_recorded_and_newer_refused(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(str(tmp_path), "schema")
+    s = LmdbStore(path, map_size=8 << 20)
+    assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
+    with s.env.begin(write=True) as txn:
+        txn.put(b"schema_version", str(SCHEMA_VERSION + 1).encode(), db=s.db(b"meta"))
+    s.close()
+    with pytest.raises(SchemaTooNew):
+        LmdbStore(path, map_size=8 << 20)
