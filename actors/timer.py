@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 import attrs
 import trio
@@ -30,11 +31,10 @@ Handler = Callable[[Deadline], None]
 RETRY_MS = 1000
 
 
-class DeadlineSource:
+class DeadlineSource(Protocol):
     """What the timer needs of the store: the persisted deadlines."""
 
-    def load_deadlines(self) -> list[Deadline]:
-        raise NotImplementedError
+    def load_deadlines(self) -> list[Deadline]: ...
 
 
 @attrs.define

@@ -92,10 +92,10 @@ class LmdbStore:
             if not reverse:
                 ok = cur.set_range(start if start is not None else prefix)
                 while ok:
-                    k = cur.key()
+                    k = bytes(cur.key())
                     if not k.startswith(prefix):
                         break
-                    out.append((bytes(k), bytes(cur.value())))
+                    out.append((k, bytes(cur.value())))
                     if limit is not None and len(out) >= limit:
                         break
                     ok = cur.next()
@@ -104,7 +104,7 @@ class LmdbStore:
                 ok = cur.set_range(end)
                 ok = cur.prev() if ok else cur.last()
                 while ok:
-                    k = cur.key()
+                    k = bytes(cur.key())
                     if not k.startswith(prefix):
                         if k < prefix:
                             break
@@ -265,7 +265,10 @@ class LmdbStore:
             h = txn.get(layout.uid(project_id) + layout.uid(key_id), db=by_project)
             if h is None:
                 raise NotFound(f"no key {key_id} in this project")
-            key = decode(ApiKey, bytes(txn.get(h, db=keys)))
+            raw = txn.get(h, db=keys)
+            if raw is None:
+                raise NotFound(f"no key {key_id} in this project")
+            key = decode(ApiKey, bytes(raw))
             if key.revoked_at_ms is None:
                 key = attrs.evolve(key, revoked_at_ms=now_ms)
                 txn.put(key.hash, encode(key), db=keys)
@@ -334,7 +337,7 @@ class LmdbStore:
         def op(txn: lmdb.Transaction) -> int:
             doomed: list[bytes] = []
             for k in txn.cursor(db=by_time).iternext(values=False):
-                if len(doomed) >= limit or layout.from_ms(k) >= before_ms:
+                if len(doomed) >= limit or layout.from_ms(bytes(k)) >= before_ms:
                     break
                 doomed.append(bytes(k))
             for k in doomed:

@@ -152,7 +152,7 @@ class Writer:
                     child = self._env.begin(write=True, parent=txn)
                     try:
                         result = p.op(child)
-                    except BaseException as e:  # noqa: BLE001 - handed to that op's caller
+                    except BaseException as e:  # handed to that op's caller
                         child.abort()
                         outcomes.append((None, _as_store_error(e)))
                     else:

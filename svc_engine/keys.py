@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import enum
 import hashlib
-
-import attrs
-
 from collections.abc import Mapping
 from typing import Any
+
+import attrs
 
 from svc_engine.decode import opt_int, opt_str, req_bytes, req_int, req_str
 from svc_engine.errors import InvalidApiKey, WrongKeyKind
@@ -26,7 +25,7 @@ _BODY_LEN = 32
 
 class KeyKind(enum.StrEnum):
     PUBLISHABLE = "pk"
-    SECRET = "sk"
+    SECRET = "sk"  # noqa: S105 - a key kind's prefix, not a password
 
 
 class Mode(enum.StrEnum):
@@ -174,6 +173,8 @@ def check_key_kind(stored: ApiKey | None, required: KeyKind) -> ApiKey:
         raise InvalidApiKey("the API key is unknown or revoked")
     if stored.kind is not required:
         if required is KeyKind.PUBLISHABLE:
-            raise WrongKeyKind("SDK endpoints take a publishable key (pk_); never ship a secret key")
+            raise WrongKeyKind(
+                "SDK endpoints take a publishable key (pk_); never ship a secret key"
+            )
         raise WrongKeyKind("server endpoints take a secret key (sk_test_ or sk_live_)")
     return stored

@@ -68,7 +68,8 @@ def test_config_precedence_and_parsing() -> None:
 
 def test_config_fields_match_settings_table() -> None:
     import attrs
-    assert [s.name for s in config_mod.SETTINGS] == [f.name for f in attrs.fields(config_mod.Config)]
+    names = [f.name for f in attrs.fields(config_mod.Config)]
+    assert [s.name for s in config_mod.SETTINGS] == names
     defaults = config_mod.Config()
     for s in config_mod.SETTINGS:
         assert getattr(defaults, s.name) == s.default, s.name

@@ -15,7 +15,8 @@ BASE = 1_790_000_000_000
 DAY = 86_400_000
 
 
-async def test_fires_at_exact_virtual_times(store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+async def test_fires_at_exact_virtual_times(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
     clock = TrioWallClock(BASE)
     fired: list[tuple[str, int]] = []
     timer = TimerActor(store, clock)

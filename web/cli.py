@@ -87,9 +87,9 @@ def cmd_bootstrap(args: argparse.Namespace) -> None:
         _print(info)
     else:
         print(f"organization {info['organizationId']}\nproject      {info['projectId']}")
-        for k, v in dict(info["keys"]).items():  # type: ignore[call-overload]
+        for k, v in dict(info["keys"]).items():
             print(f"{k:12} {v}")
-        owner = dict(info["owner"])  # type: ignore[call-overload]
+        owner = dict(info["owner"])
         print(f"owner        {owner['email']} {owner.get('password', '(password set)')}")
 
 

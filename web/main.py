@@ -11,6 +11,7 @@ acknowledged is lost.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -112,8 +113,6 @@ async def _serve_http(front: Front, config: Config, stop: trio.Event, *,
 
 
 def run(config: Config, *, bootstrap: bool = False) -> None:
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         trio.run(lambda: serve(config, bootstrap=bootstrap))
-    except KeyboardInterrupt:
-        pass
     sys.stdout.flush()
