@@ -26,6 +26,26 @@ DATABASES = (
     b"deadlines",        # due ms | kind | ref -> Deadline
     b"idem",             # scope | idempotency key -> StoredResponse
     b"idem_by_time",     # created ms | scope | key -> b""
+    b"outbox",           # created ms | event id -> OutboxEvent (for webhooks)
+    b"sessions",         # sha256(session token) -> dashboard Session
+    b"invites",          # sha256(invite token) -> Invite
+    b"links",            # link id -> Link
+    b"slugs",            # domain NUL slug -> link id
+    b"links_by_project", # project | mode | created ms | link id -> b""
+    b"domains",          # custom domain -> project id
+    b"platforms",        # project id -> Platforms
+    b"tokens",           # token -> Token (single-use svc_token)
+    b"handoffs",         # project | mode | user hash | created ms | id -> Handoff
+    b"installs",         # project | mode | install id -> Install
+    b"clicks",           # project | mode | ms | click id -> Click
+    b"click_window",     # project | mode | ms | click id -> ClickWindowEntry
+    b"opens",            # project | mode | ms | open id -> Open
+    b"events",           # project | mode | ms | event id -> SdkEvent
+    b"event_ids",        # project | mode | event id -> ms (deduplication)
+    b"counters",         # analytics counter key -> CBOR number or decimal string
+    b"endpoints",        # project | mode | endpoint id -> Endpoint
+    b"deliveries",       # delivery id -> Delivery
+    b"deliveries_by_project",  # project | mode | created ms | delivery id -> endpoint id
 )
 
 

@@ -23,6 +23,7 @@ from svc_engine.deadlines import Deadline
 from svc_engine.errors import Conflict, NotFound
 from svc_engine.idempotency import StoredResponse
 from svc_engine.keys import ApiKey
+from svc_engine.outbox import OutboxEvent
 from svc_engine.plans import Plan
 from svc_engine.records import Membership, Organization, Project, User, normalize_email
 from svc_engine.settings import DeferredSettings
@@ -371,6 +372,20 @@ class LmdbStore:
             self.delete_deadline(txn, deadline)
 
         await self.write(op)
+
+    # -- outbox -----------------------------------------------------------------
+
+    def append_outbox(self, txn: lmdb.Transaction, event: OutboxEvent) -> None:
+        """Queue ``event`` for the webhook dispatcher, inside the op recording it."""
+        key = layout.ms(event.created_at_ms) + layout.uid(event.id)
+        txn.put(key, encode(event), db=self._db[b"outbox"])
+
+    def read_outbox(self, limit: int = 256) -> list[tuple[bytes, OutboxEvent]]:
+        return [(k, decode(OutboxEvent, v)) for k, v in self.scan(b"outbox", b"", limit=limit)]
+
+    def ack_outbox(self, txn: lmdb.Transaction, key: bytes) -> None:
+        """Remove a handled event, inside the op that queued its deliveries."""
+        txn.delete(key, db=self._db[b"outbox"])
 
     # -- operations -------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import attrs
 
 from actors.clock import Clock
 from actors.registry import Registry
+from actors.signal import Wakeup
 from actors.timer import TimerActor
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
@@ -27,3 +28,6 @@ class Services:
     timer: TimerActor
     server_secret: bytes
     random: Callable[[int], bytes] = system_random
+    # Notified after a commit that appended to the outbox; the webhook
+    # dispatcher waits on it (and also polls, so a missed notify only delays).
+    outbox_wakeup: Wakeup = attrs.field(factory=Wakeup)
