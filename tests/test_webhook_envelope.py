@@ -1,0 +1,160 @@
+"""The webhook event envelope and click data (svc_engine.webhook_envelope)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from svc_engine import webhook_envelope as env
+from svc_engine.errors import ValidationError
+
+EVENT_ID = "0b3c1d9e-7a52-4f0e-9d43-2a8f3f7c5b11"
+PROJECT_ID = "5f1e2d3c-4b5a-4697-8887-96a5b4c3d2e1"
+LINK_ID = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        (0, "1970-01-01T00:00:00.000Z"),
+        (1, "1970-01-01T00:00:00.001Z"),
+        (999, "1970-01-01T00:00:00.999Z"),
+        (1_614_265_330_123, "2021-02-25T15:02:10.123Z"),
+        (1_709_251_199_999, "2024-02-29T23:59:59.999Z"),
+        (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+    ],
+)
+def test_iso_utc_ms(ms: int, text: str) -> None:
+    assert env.iso_utc_ms(ms) == text
+
+
+@pytest.mark.parametrize("bad", [-1, 253_402_300_800_000, 1.5, True, "0"])
+def test_iso_utc_ms_rejects(bad: Any) -> None:
+    with pytest.raises(ValidationError):
+        env.iso_utc_ms(bad)
+
+
+@given(st.integers(min_value=0, max_value=253_402_300_799_999))
+def test_iso_utc_ms_matches_datetime_and_sorts_like_time(ms: int) -> None:
+    text = env.iso_utc_ms(ms)
+    parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    assert (parsed - epoch) // datetime.timedelta(milliseconds=1) == ms
+    assert len(text) == 24
+    assert env.iso_utc_ms(max(0, ms - 1)) <= text
+
+
+def test_envelope_fields_and_order() -> None:
+    body = env.envelope(EVENT_ID, "test", 1_614_265_330_123, PROJECT_ID, "live", {"a": 1})
+    assert body == {
+        "id": EVENT_ID,
+        "type": "test",
+        "createdAt": "2021-02-25T15:02:10.123Z",
+        "projectId": PROJECT_ID,
+        "env": "live",
+        "data": {"a": 1},
+    }
+    assert list(body) == ["id", "type", "createdAt", "projectId", "env", "data"]
+
+
+@pytest.mark.parametrize("event_type", ["click", "open", "install", "conversion", "test"])
+def test_every_spec_type_is_accepted(event_type: str) -> None:
+    assert env.envelope(EVENT_ID, event_type, 0, PROJECT_ID, "test", {})["type"] == event_type
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ((EVENT_ID, "purchase", 0, PROJECT_ID, "live", {}), "type"),
+        ((EVENT_ID, "click", 0, PROJECT_ID, "prod", {}), "env"),
+        ((EVENT_ID, "click", 0, PROJECT_ID, "live", []), "data"),
+        (("not-a-uuid", "click", 0, PROJECT_ID, "live", {}), "id"),
+        ((EVENT_ID.upper(), "click", 0, PROJECT_ID, "live", {}), "id"),
+        ((EVENT_ID, "click", 0, "{" + PROJECT_ID + "}", "live", {}), "projectId"),
+        ((EVENT_ID, "click", -1, PROJECT_ID, "live", {}), "time"),
+    ],
+)
+def test_envelope_rejects(args: tuple[Any, ...], field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        env.envelope(*args)
+    assert info.value.field == field
+
+
+def _click(**overrides: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "link_id": LINK_ID,
+        "url": "https://go.example.com/summer",
+        "domain": "go.example.com",
+        "slug": "summer",
+        "campaign": "summer-sale",
+        "channel": "email",
+        "platform": "ios",
+        "country": "DE",
+        "referrer_host": "news.example.org",
+        "clicked_at_ms": 1_614_265_330_123,
+    }
+    fields.update(overrides)
+    return env.click_data(**fields)
+
+
+def test_click_data_matches_the_spec_table() -> None:
+    assert _click() == {
+        "linkId": LINK_ID,
+        "url": "https://go.example.com/summer",
+        "domain": "go.example.com",
+        "slug": "summer",
+        "campaign": "summer-sale",
+        "channel": "email",
+        "platform": "ios",
+        "country": "DE",
+        "referrerHost": "news.example.org",
+        "clickedAt": "2021-02-25T15:02:10.123Z",
+    }
+
+
+def test_click_data_optional_values() -> None:
+    data = _click(campaign=None, channel=None, country=None, referrer_host=None)
+    assert (data["campaign"], data["channel"]) == ("", "")
+    assert (data["country"], data["referrerHost"]) == (None, None)
+    assert _click(country="de")["country"] == "DE"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"platform": "windows"}, "platform"),
+        ({"country": "DEU"}, "country"),
+        ({"country": "1A"}, "country"),
+        ({"referrer_host": "https://news.example.org/a?b"}, "referrerHost"),
+        ({"referrer_host": "News.Example.org"}, "referrerHost"),
+        ({"referrer_host": "news.example.org:8080"}, "referrerHost"),
+        ({"link_id": "x"}, "linkId"),
+        ({"clicked_at_ms": -5}, "time"),
+    ],
+)
+def test_click_data_rejects(overrides: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        _click(**overrides)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("referrer", "host"),
+    [
+        (None, None),
+        ("", None),
+        ("https://News.Example.org/path?q=secret", "news.example.org"),
+        ("http://user:pw@example.com:8080/x", "example.com"),
+        ("android-app://com.google.android.gm/", "com.google.android.gm"),
+        ("news.example.org", "news.example.org"),
+        ("https:///nohost", None),
+        ("https://exa mple.com/", None),
+        ("https://[::1/", None),
+    ],
+)
+def test_referrer_host_of(referrer: str | None, host: str | None) -> None:
+    assert env.referrer_host_of(referrer) == host
