@@ -1,0 +1,182 @@
+"""User-agent classification with real user-agent strings.
+
+Sources of the strings: the browsers' own current releases (Safari 26 on iOS 26
+freezes the OS token at 18_6/18_7, WebKit blog "WebKit Features in Safari 26.0";
+Chrome's reduced UA reports "Android 10; K"), the crawlers' published
+documentation (Slack, Meta, X, Google, Discord, LinkedIn, Telegram, Bluesky),
+and the iMessage preview fetcher, which presents itself as Mac Safari followed by
+"facebookexternalhit/1.1 Facebot Twitterbot/1.0".
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import crawleruseragents
+import pytest
+
+from svc_engine.redirect import Client, Platform
+from web.useragent import classify, is_bot, prepare
+
+IOS = Platform.IOS
+ANDROID = Platform.ANDROID
+DESKTOP = Platform.DESKTOP
+
+PEOPLE: list[tuple[str, str, Platform, int | None]] = [
+    ("iPhone Safari, iOS 26 (OS token frozen at 18_6)",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 18_6 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) Version/26.0 Mobile/15E148 Safari/604.1", IOS, 26),
+    ("iPhone Safari, iOS 26.2 (OS token frozen at 18_7)",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 18_7 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) Version/26.2 Mobile/15E148 Safari/604.1", IOS, 26),
+    ("iPhone Safari, iOS 18.5",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 18_5 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) Version/18.5 Mobile/15E148 Safari/604.1", IOS, 18),
+    ("iPhone Safari, iOS 17.7",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 17_7 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) Version/17.7 Mobile/15E148 Safari/604.1", IOS, 17),
+    ("iPhone Chrome, iOS 17.7",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 17_7 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) CriOS/141.0.7390.96 Mobile/15E148 Safari/604.1", IOS, 17),
+    ("iPhone Firefox, iOS 18.6",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 18_6 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) FxiOS/144.0 Mobile/15E148 Safari/605.1.15", IOS, 18),
+    ("iPhone Instagram in-app browser, iOS 26",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 18_6 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) Mobile/15E148 Instagram 400.0.0.27.77 (iPhone16,2; iOS 26_0; en_US; "
+     "en; scale=3.00; 1290x2796; 781246437) NW/3", IOS, 26),
+    ("iPhone Facebook in-app browser, iOS 26",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 18_6 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) Mobile/15E148 [FBAN/FBIOS;FBAV/530.0.0.40.107;FBBV/771468153;"
+     "FBDV/iPhone16,2;FBMD/iPhone;FBSN/iOS;FBSV/26.0.1;FBSS/3;FBID/phone;FBLC/en_US;FBOP/5]",
+     IOS, 26),
+    ("iPad Safari in mobile mode",
+     "Mozilla/5.0 (iPad; CPU OS 17_7 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+     "Version/17.7 Mobile/15E148 Safari/604.1", IOS, 17),
+    ("iPadOS Safari, default desktop mode (looks like a Mac)",
+     "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+     "Version/26.0 Safari/605.1.15", DESKTOP, None),
+    ("Android Chrome (reduced UA)",
+     "Mozilla/5.0 (Linux; Android 10; K) AppleWebKit/537.36 (KHTML, like Gecko) "
+     "Chrome/141.0.0.0 Mobile Safari/537.36", ANDROID, 10),
+    ("Android Samsung Internet",
+     "Mozilla/5.0 (Linux; Android 14; SAMSUNG SM-S928B) AppleWebKit/537.36 (KHTML, like Gecko) "
+     "SamsungBrowser/28.0 Chrome/130.0.0.0 Mobile Safari/537.36", ANDROID, 14),
+    ("Android Firefox",
+     "Mozilla/5.0 (Android 15; Mobile; rv:144.0) Gecko/144.0 Firefox/144.0", ANDROID, 15),
+    ("Android Facebook in-app browser",
+     "Mozilla/5.0 (Linux; Android 14; SM-S918B Build/UP1A.231005.007; wv) AppleWebKit/537.36 "
+     "(KHTML, like Gecko) Version/4.0 Chrome/141.0.7390.97 Mobile Safari/537.36 "
+     "[FB_IAB/FB4A;FBAV/530.0.0.48.74;]", ANDROID, 14),
+    ("Android Instagram in-app browser",
+     "Mozilla/5.0 (Linux; Android 15; Pixel 9 Build/AP4A.250105.002; wv) AppleWebKit/537.36 "
+     "(KHTML, like Gecko) Version/4.0 Chrome/141.0.7390.97 Mobile Safari/537.36 "
+     "Instagram 400.0.0.46.81 Android (35/15; 420dpi; 1080x2424; Google/google; Pixel 9; "
+     "tokay; tokay; en_US; 781246437)", ANDROID, 15),
+    ("desktop Chrome on Windows",
+     "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+     "Chrome/141.0.0.0 Safari/537.36", DESKTOP, None),
+    ("desktop Chrome on macOS",
+     "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
+     "Chrome/141.0.0.0 Safari/537.36", DESKTOP, None),
+    ("desktop Edge on Windows",
+     "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+     "Chrome/141.0.0.0 Safari/537.36 Edg/141.0.0.0", DESKTOP, None),
+    ("desktop Firefox on Windows",
+     "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:144.0) Gecko/20100101 Firefox/144.0",
+     DESKTOP, None),
+    ("desktop Firefox on macOS",
+     "Mozilla/5.0 (Macintosh; Intel Mac OS X 10.15; rv:144.0) Gecko/20100101 Firefox/144.0",
+     DESKTOP, None),
+    ("desktop Firefox on Linux",
+     "Mozilla/5.0 (X11; Linux x86_64; rv:144.0) Gecko/20100101 Firefox/144.0", DESKTOP, None),
+    ("ChromeOS",
+     "Mozilla/5.0 (X11; CrOS x86_64 14541.0.0) AppleWebKit/537.36 (KHTML, like Gecko) "
+     "Chrome/141.0.0.0 Safari/537.36", DESKTOP, None),
+]
+
+BOTS: list[tuple[str, str, Platform]] = [
+    ("Slackbot link expanding",
+     "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)", DESKTOP),
+    ("Slack image proxy", "Slack-ImgProxy (+https://api.slack.com/robots)", DESKTOP),
+    ("Slackbot", "Slackbot 1.0 (+https://api.slack.com/robots)", DESKTOP),
+    ("facebookexternalhit",
+     "facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)", DESKTOP),
+    ("Twitterbot", "Twitterbot/1.0", DESKTOP),
+    ("WhatsApp on Android", "WhatsApp/2.23.20.0 A", DESKTOP),
+    ("WhatsApp on iPhone", "WhatsApp/2.25.21.78 i", DESKTOP),
+    ("iMessage link preview",
+     "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_11_1) AppleWebKit/601.2.4 (KHTML, like Gecko) "
+     "Version/9.0.1 Safari/601.2.4 facebookexternalhit/1.1 Facebot Twitterbot/1.0", DESKTOP),
+    ("Googlebot desktop",
+     "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; Googlebot/2.1; "
+     "+http://www.google.com/bot.html) Chrome/141.0.7390.122 Safari/537.36", DESKTOP),
+    ("Googlebot smartphone",
+     "Mozilla/5.0 (Linux; Android 6.0.1; Nexus 5X Build/MMB29P) AppleWebKit/537.36 "
+     "(KHTML, like Gecko) Chrome/141.0.7390.122 Mobile Safari/537.36 (compatible; "
+     "Googlebot/2.1; +http://www.google.com/bot.html)", ANDROID),
+    ("Googlebot classic", "Googlebot/2.1 (+http://www.google.com/bot.html)", DESKTOP),
+    ("TelegramBot", "TelegramBot (like TwitterBot)", DESKTOP),
+    ("Discordbot", "Mozilla/5.0 (compatible; Discordbot/2.0; +https://discordapp.com)",
+     DESKTOP),
+    ("LinkedInBot",
+     "LinkedInBot/1.0 (compatible; Mozilla/5.0; Apache-HttpClient +http://www.linkedin.com)",
+     DESKTOP),
+    ("Bluesky card fetcher",
+     "Mozilla/5.0 (compatible; Bluesky Cardyb/1.1; +mailto:support@bsky.app)", DESKTOP),
+    ("Applebot",
+     "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_5) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+     "Version/13.1.1 Safari/605.1.15 (Applebot/0.1; +http://www.apple.com/go/applebot)",
+     DESKTOP),
+    ("Bingbot",
+     "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; bingbot/2.0; "
+     "+http://www.bing.com/bingbot.htm) Chrome/116.0.1938.76 Safari/537.36", DESKTOP),
+    ("Teams / Skype preview",
+     "Mozilla/5.0 (Windows NT 6.1; WOW64) SkypeUriPreview Preview/0.5 "
+     "skype-url-preview@microsoft.com", DESKTOP),
+    ("curl", "curl/8.5.0", DESKTOP),
+    ("python-requests", "python-requests/2.32.3", DESKTOP),
+]
+
+
+@pytest.mark.parametrize(("ua", "platform", "os_major"), [r[1:] for r in PEOPLE],
+                         ids=[r[0] for r in PEOPLE])
+def test_people(ua: str, platform: Platform, os_major: int | None) -> None:
+    assert classify(ua) == Client(platform, os_major, is_bot=False)
+
+
+@pytest.mark.parametrize(("ua", "platform"), [r[1:] for r in BOTS], ids=[r[0] for r in BOTS])
+def test_bots_and_preview_crawlers(ua: str, platform: Platform) -> None:
+    client = classify(ua)
+    assert client.is_bot
+    assert client.platform is platform
+
+
+@pytest.mark.parametrize("ua", [None, "", "   "])
+def test_missing_user_agent_is_an_uncounted_desktop(ua: str | None) -> None:
+    assert classify(ua) == Client(Platform.DESKTOP, None, is_bot=True)
+
+
+def test_every_listed_crawler_example_is_a_bot() -> None:
+    """The folded pattern keeps every verdict of the maintained list."""
+    data = cast(list[dict[str, Any]], crawleruseragents.CRAWLER_USER_AGENTS_DATA)
+    examples = [ua for entry in data for ua in entry.get("instances", [])]
+    assert len(examples) > 1000
+    missed = [ua for ua in examples if not is_bot(ua)]
+    assert missed == []
+
+
+def test_people_agree_with_the_maintained_list() -> None:
+    for _, ua, _, _ in PEOPLE:
+        assert not crawleruseragents.is_crawler(ua)
+        assert not is_bot(ua)
+
+
+def test_results_are_cached() -> None:
+    prepare()
+    ua = PEOPLE[0][1]
+    first = classify(ua)
+    hits = classify.cache_info().hits
+    assert classify(ua) is first
+    assert classify.cache_info().hits == hits + 1
+    assert classify.cache_info().maxsize == 4096
