@@ -12,14 +12,12 @@ import pytest
 import trio
 
 from actors.clock import TrioWallClock
-from actors.registry import Registry
-from actors.timer import TimerActor
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
 from tests.server_process import ServerProcess
 from web import tenancy
+from web.assembly import build_front, start_services
 from web.front import Front
-from web.housekeeping import Housekeeper
 from web.services import Services, system_random
 
 
@@ -70,14 +68,9 @@ async def app(store: LmdbStore, config: Config) -> AsyncIterator[App]:
     clock = TrioWallClock()
     info = await tenancy.bootstrap(store, config.base_url, system_random, clock.now_ms())
     secret = await store.put_meta_once("server_secret", b"s" * 32)
-    timer = TimerActor(store, clock)
     async with trio.open_nursery() as n:
-        registry = Registry(store, clock, n)
-        services = Services(config=config, store=store, clock=clock, registry=registry,
-                            timer=timer, server_secret=secret)
-        await n.start(timer.run)
-        await n.start(Housekeeper(services).run)
-        yield App(services, Front(services), info)
+        services = await start_services(n, config, store, clock, secret)
+        yield App(services, build_front(services), info)
         n.cancel_scope.cancel()
 
 

@@ -23,14 +23,12 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from actors.clock import Clock, SystemClock
-from actors.registry import Registry
-from actors.timer import TimerActor
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
 from web import logs, tenancy
+from web.assembly import build_front, start_services
 from web.front import Front
-from web.housekeeping import Housekeeper
-from web.services import Services, system_random
+from web.services import system_random
 
 log = logging.getLogger("svc")
 
@@ -85,14 +83,9 @@ async def _serve_with_store(config: Config, store: LmdbStore, clock: Clock, boot
     if bootstrap:
         info = await tenancy.bootstrap(store, config.base_url, system_random, clock.now_ms())
         print(json.dumps(info, indent=2), flush=True)
-    timer = TimerActor(store, clock)
     async with trio.open_nursery() as nursery:
-        registry = Registry(store, clock, nursery)
-        services = Services(config=config, store=store, clock=clock, registry=registry,
-                            timer=timer, server_secret=secret)
-        await nursery.start(Housekeeper(services).run)
-        await nursery.start(timer.run)
-        front = Front(services)
+        services = await start_services(nursery, config, store, clock, secret)
+        front = build_front(services)
         nursery.start_soon(_wait_for_signal, stop)
         async with trio.open_nursery() as http:
             binds = await http.start(_serve_http, front, config, stop)

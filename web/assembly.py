@@ -1,0 +1,35 @@
+"""Assembling the running service: which actors start, and the ASGI front.
+
+Used by ``svc serve`` (web/main.py) and by the in-process test fixture, so both
+run the same parts. Each part is started with ``nursery.start`` in the
+service nursery handed in; none lives in a request's nursery.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from actors.clock import Clock
+from actors.registry import Registry
+from actors.timer import TimerActor
+from storage.lmdb_store import LmdbStore
+from svc_engine.config import Config
+from web.front import Front
+from web.housekeeping import Housekeeper
+from web.services import Services
+
+
+async def start_services(nursery: trio.Nursery, config: Config, store: LmdbStore,
+                         clock: Clock, server_secret: bytes) -> Services:
+    timer = TimerActor(store, clock)
+    registry = Registry(store, clock, nursery)
+    services = Services(config=config, store=store, clock=clock, registry=registry,
+                        timer=timer, server_secret=server_secret)
+    await nursery.start(Housekeeper(services).run)
+    # Handlers of every deadline kind are registered above; now load and run.
+    await nursery.start(timer.run)
+    return services
+
+
+def build_front(services: Services) -> Front:
+    return Front(services)
