@@ -1,0 +1,333 @@
+"""The benchmark harness: ``python -m bench.harness [--quick] [--only NAME ...]``.
+
+For each target (the two baselines always, then the service paths registered
+in ``bench/targets.py``):
+
+1. start its server on a free loopback port, pinned to CPU 1 with taskset
+   while wrk runs on CPU 0 (unpinned, and said so, if taskset or a second CPU
+   is missing);
+2. wait until it answers, run the target's ``prepare`` hook, and check that a
+   sample request gets the expected status;
+3. warm up with wrk at the fixed concurrency, then measure at that
+   concurrency (``-t1 -c32``) and unloaded (``-t1 -c1``), reading the server
+   process tree's CPU time from /proc around each measured run;
+4. stop the server with SIGTERM and record whether it exited cleanly.
+
+Then it computes every target's throughput ratio to both baselines, writes
+the raw results to ``bench/out/results.json`` and rewrites
+``bench/README.md`` (see ``bench/report.py``). The whole run is bounded: the
+harness refuses to start when its estimate exceeds ``--budget`` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python bench/harness.py`: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import attrs
+
+from bench import report
+from bench.results import PhaseResult, RunRecord, TargetResult, as_json, ratios_for
+from bench.server import (
+    BenchFailed,
+    RunningServer,
+    free_port,
+    machine_cpu_seconds,
+    request,
+    start_server,
+    stop_server,
+    tree_cpu_seconds,
+    wait_ready,
+)
+from bench.target import Target, fill_optional
+from bench.targets import select
+from bench.wrk import parse_wrk_output, render_lua, wrk_argv
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+OUT_DIR = BENCH_DIR / "out"
+START_ATTEMPTS = 3
+STARTUP_ALLOWANCE_S = 4
+
+
+@attrs.frozen
+class Profile:
+    """How long each phase of a target's run lasts, and at what concurrency."""
+
+    name: str
+    warmup_s: int
+    loaded_s: int
+    unloaded_s: int
+    connections: int = 32
+    threads: int = 1
+
+    def describe(self) -> str:
+        return (
+            f"warm-up {self.warmup_s}s at c{self.connections}, then "
+            f"-t{self.threads} -c{self.connections} -d{self.loaded_s}s and "
+            f"-t1 -c1 -d{self.unloaded_s}s"
+        )
+
+
+FULL = Profile("full", warmup_s=2, loaded_s=8, unloaded_s=5)
+QUICK = Profile("quick", warmup_s=1, loaded_s=3, unloaded_s=2)
+
+
+@attrs.frozen
+class Pinning:
+    enabled: bool
+    note: str
+
+
+def estimate_seconds(targets: Sequence[Target], profile: Profile) -> int:
+    """A generous upper estimate of the run's wall time."""
+    per_target = STARTUP_ALLOWANCE_S + profile.warmup_s + profile.loaded_s + profile.unloaded_s
+    return len(targets) * per_target
+
+
+def plan_pinning() -> Pinning:
+    if shutil.which("taskset") is None:
+        return Pinning(False, "taskset not found: server and wrk ran unpinned")
+    if not {0, 1} <= os.sched_getaffinity(0):
+        return Pinning(False, "CPUs 0 and 1 not both available: server and wrk ran unpinned")
+    return Pinning(True, "server pinned to CPU 1, wrk to CPU 0 (taskset)")
+
+
+def ensure_wrk() -> None:
+    """Install wrk with bench/setup.sh when it is missing (needs root for apt-get)."""
+    if shutil.which("wrk") is not None:
+        return
+    print("wrk not found; running bench/setup.sh", file=sys.stderr)
+    subprocess.run(["sh", str(BENCH_DIR / "setup.sh")], check=False)
+    if shutil.which("wrk") is None:
+        raise BenchFailed("wrk is missing and bench/setup.sh could not install it")
+
+
+def measure_target(target: Target, profile: Profile, pinning: Pinning) -> TargetResult:
+    """Run one target through start, readiness, warm-up, both measurements and stop."""
+    workdir = OUT_DIR / target.name
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    server = _start(target, workdir, pinning)
+    values = {"python": sys.executable, "port": str(server.port), "workdir": str(workdir)}
+    try:
+        wait_ready(server, target.ready_path)
+        if target.prepare is not None:
+            target.prepare(server.base_url, workdir)
+        _check_status(target, server, values)
+        script = workdir / "wrk.lua"
+        script.write_text(_lua_for(target, values))
+        url = server.base_url + target.paths[0]
+        wrk_cpus = target.wrk_cpus if pinning.enabled else None
+
+        def phase(connections: int, duration_s: int, threads: int, label: str) -> PhaseResult:
+            argv = wrk_argv(
+                url=url,
+                script=str(script),
+                connections=connections,
+                duration_s=duration_s,
+                threads=threads,
+                cpus=wrk_cpus,
+            )
+            return _measure(server, argv, duration_s, workdir / f"wrk-{label}.txt", connections)
+
+        phase(profile.connections, profile.warmup_s, profile.threads, "warmup")
+        loaded = phase(profile.connections, profile.loaded_s, profile.threads, "loaded")
+        unloaded = phase(1, profile.unloaded_s, 1, "unloaded")
+    finally:
+        exit_status, clean = stop_server(server)
+    return TargetResult(
+        name=target.name,
+        group=target.group,
+        description=target.description,
+        server_argv=tuple(server.argv),
+        loaded=loaded,
+        unloaded=unloaded,
+        exit_status=exit_status,
+        stopped_cleanly=clean,
+    )
+
+
+def _start(target: Target, workdir: Path, pinning: Pinning) -> RunningServer:
+    """Start the server, retrying on a new port if it dies (e.g. the port was taken)."""
+    last: BenchFailed | None = None
+    for attempt in range(START_ATTEMPTS):
+        port = free_port()
+        values = {"python": sys.executable, "port": str(port), "workdir": str(workdir)}
+        server = start_server(
+            target.server_argv(values),
+            port=port,
+            cwd=REPO_ROOT,
+            env=dict(target.env),
+            cpus=target.server_cpus if pinning.enabled else None,
+            log_path=workdir / f"server-{attempt}.log",
+        )
+        try:
+            wait_ready(server, target.ready_path)
+            return server
+        except BenchFailed as exc:
+            stop_server(server)
+            last = exc
+    raise BenchFailed(f"{target.name}: {last}")
+
+
+def _lua_for(target: Target, values: dict[str, str]) -> str:
+    script_path = fill_optional(target.lua_script, values)
+    return render_lua(
+        name=target.name,
+        method=target.method,
+        headers=target.headers,
+        body_file=fill_optional(target.body_file, values),
+        paths=target.paths,
+        paths_file=fill_optional(target.paths_file, values),
+        user_script=Path(script_path).read_text() if script_path else None,
+    )
+
+
+def _check_status(target: Target, server: RunningServer, values: dict[str, str]) -> None:
+    """One real request per sample path must get the target's expected status."""
+    body_file = fill_optional(target.body_file, values)
+    body = Path(body_file).read_bytes() if body_file else None
+    paths_file = fill_optional(target.paths_file, values)
+    paths = Path(paths_file).read_text().split() if paths_file else list(target.paths)
+    for path in paths[:3]:
+        status = request(server.port, target.method, path, headers=target.headers, body=body)
+        if status != target.expect_status:
+            raise BenchFailed(
+                f"{target.name}: {target.method} {path} answered {status}, "
+                f"expected {target.expect_status}"
+            )
+
+
+def _measure(
+    server: RunningServer, argv: list[str], duration_s: int, out: Path, connections: int
+) -> PhaseResult:
+    before = tree_cpu_seconds(server.pid)
+    busy_before, steal_before = machine_cpu_seconds()
+    wrk_before = _children_cpu_seconds()
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=duration_s + 30)
+    except subprocess.TimeoutExpired as exc:
+        raise BenchFailed(f"wrk did not finish: {shlex.join(argv)}") from exc
+    after = tree_cpu_seconds(server.pid)
+    busy_after, steal_after = machine_cpu_seconds()
+    wrk_cpu = _children_cpu_seconds() - wrk_before
+    out.write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise BenchFailed(f"wrk failed ({done.returncode}): {done.stderr.strip()[:400]}")
+    if server.process.poll() is not None:
+        raise BenchFailed(f"server exited during the run: see {server.log_path}")
+    return PhaseResult(
+        connections=connections,
+        load=parse_wrk_output(done.stdout),
+        server_cpu_s=after - before,
+        wrk_argv=tuple(argv),
+        wrk_cpu_s=wrk_cpu,
+        other_cpu_s=max(0.0, busy_after - busy_before - (after - before) - wrk_cpu),
+        steal_s=steal_after - steal_before,
+    )
+
+
+def _children_cpu_seconds() -> float:
+    """CPU time of the harness's waited-for children (wrk: the server is waited for last)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(targets: Sequence[Target], profile: Profile, command: str) -> RunRecord:
+    ensure_wrk()
+    pinning = plan_pinning()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    started = time.monotonic()
+    started_at = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    results = []
+    for target in targets:
+        print(f"[bench] {target.name} ...", file=sys.stderr, flush=True)
+        result = measure_target(target, profile, pinning)
+        print(
+            f"[bench] {target.name}: {result.loaded.load.rps:,.0f} req/s at "
+            f"c{profile.connections}, p99 c1 {result.unloaded.load.p99_ms:.2f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
+        results.append(result)
+    notes = [f"load average when the run started: {load} (the CPUs may be shared)"]
+    notes += [
+        f"{r.name}: server did not stop cleanly (exit status {r.exit_status})"
+        for r in results
+        if not r.stopped_cleanly
+    ]
+    return RunRecord(
+        started_at=started_at,
+        command=command,
+        profile=profile.name,
+        durations=profile.describe(),
+        pinning=pinning.note,
+        machine=report.machine_info(),
+        versions=report.versions(),
+        results=tuple(results),
+        ratios=ratios_for(results),
+        elapsed_s=time.monotonic() - started,
+        notes=tuple(notes),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.harness", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--quick", action="store_true", help=f"shorter runs ({QUICK.describe()})")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this service target (repeatable); the baselines always run",
+    )
+    parser.add_argument("--budget", type=int, default=570, help="refuse runs estimated longer (s)")
+    parser.add_argument("--readme", type=Path, default=BENCH_DIR / "README.md")
+    parser.add_argument("--no-readme", action="store_true", help="do not rewrite the README")
+    args = parser.parse_args(argv)
+
+    profile = QUICK if args.quick else FULL
+    try:
+        targets = select(args.only)
+    except ValueError as exc:
+        parser.error(str(exc))
+    estimate = estimate_seconds(targets, profile)
+    if estimate > args.budget:
+        parser.error(f"estimated {estimate}s exceeds the {args.budget}s budget; use --only")
+    given = sys.argv[1:] if argv is None else list(argv)
+    python = sys.executable.removeprefix(f"{REPO_ROOT}/")
+    command = shlex.join([python, "-m", "bench.harness", *given])
+    print(f"[bench] {len(targets)} targets, at most ~{estimate}s", file=sys.stderr)
+    try:
+        record = run(targets, profile, command)
+    except BenchFailed as exc:
+        print(f"[bench] failed: {exc}", file=sys.stderr)
+        return 1
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (OUT_DIR / "results.json").write_text(json.dumps(as_json(record), indent=2) + "\n")
+    if not args.no_readme:
+        report.write_readme(record, args.readme)
+        print(f"[bench] wrote {args.readme}", file=sys.stderr)
+    print(report.render_table(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Writing bench/README.md from a run: machine, versions, command, results table.
+
+The README is regenerated on every run, except the section between
+``KEEP_START`` and ``KEEP_END`` ("What each change bought"), which is written
+by people and carried over from the existing file unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shlex
+from pathlib import Path
+
+from bench.results import BASELINES, RunRecord, TargetResult
+from bench.wrk import wrk_version
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+KEEP_START = "<!-- keep: what-each-change-bought (preserved by bench/report.py) -->"
+KEEP_END = "<!-- /keep -->"
+DEFAULT_KEPT = (
+    "Nothing recorded yet. When a change moves a number, add one line here: the change,\n"
+    "the path, and the ratio before and after (ratios, not absolute req/s: absolute\n"
+    "numbers drift 10-15 % between runs)."
+)
+PACKAGES = ("trio", "hypercorn", "quart", "quart-trio", "lmdb", "h11")
+PENDING_PATHS = (
+    "redirect with click recording (plain, Android with token, iPhone with click window)",
+    "SDK init, first launch, with each flow",
+    "resolve",
+    "events, batches of 100",
+    "handoff create and claim",
+    "webhook deliveries to a local receiver",
+    "attribution throughput",
+)
+
+
+def machine_info() -> tuple[tuple[str, str], ...]:
+    return (
+        ("CPUs (nproc)", str(len(os.sched_getaffinity(0)))),
+        ("CPU model", _cpu_model()),
+        ("memory", _memory()),
+        ("kernel", platform.release()),
+        ("OS", _os_name()),
+    )
+
+
+def versions() -> tuple[tuple[str, str], ...]:
+    found = [("python", platform.python_version())]
+    for name in PACKAGES:
+        try:
+            found.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            found.append((name, "not installed"))
+    found.append(("wrk", wrk_version()))
+    return tuple(found)
+
+
+def _cpu_model() -> str:
+    """``model name`` from /proc/cpuinfo, with the family and model numbers."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, sep, value = line.partition(":")
+            if not sep and fields:
+                break  # the first processor's block is enough
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return platform.processor() or "unknown"
+    name = fields.get("model name", platform.processor() or "unknown")
+    if "cpu family" in fields and "model" in fields:
+        return f"{name} (family {fields['cpu family']}, model {fields['model']})"
+    return name
+
+
+def _memory() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    except (OSError, ValueError):
+        pass
+    return "unknown"
+
+
+def _os_name() -> str:
+    try:
+        return platform.freedesktop_os_release().get("PRETTY_NAME", "unknown")
+    except OSError:
+        return "unknown"
+
+
+def _relative(argv: tuple[str, ...]) -> str:
+    """A command line with paths inside the repository shown relative to its root."""
+    return shlex.join(argv).replace(f"{REPO_ROOT}/", "")
+
+
+def fmt_ms(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f} ms"
+    if value >= 10:
+        return f"{value:.1f} ms"
+    if value >= 1:
+        return f"{value:.2f} ms"
+    return f"{value:.3f} ms"
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def render_table(record: RunRecord) -> str:
+    c = record.results[0].loaded.connections if record.results else 32
+    head = [
+        "path",
+        f"req/s c{c}",
+        f"p50 c{c}",
+        f"p99 c{c}",
+        "req/s c1",
+        "p50 c1",
+        "p99 c1",
+        "CPU µs/req",
+        *(f"ratio vs {b}" for b in BASELINES),
+    ]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in record.results:
+        cpu = r.loaded.cpu_us_per_request
+        ratios = record.ratios.get(r.name, {})
+        cells = [
+            r.name,
+            f"{r.loaded.load.rps:,.0f}",
+            fmt_ms(r.loaded.load.p50_ms),
+            fmt_ms(r.loaded.load.p99_ms),
+            f"{r.unloaded.load.rps:,.0f}",
+            fmt_ms(r.unloaded.load.p50_ms),
+            fmt_ms(r.unloaded.load.p99_ms),
+            "n/a" if cpu is None else f"{cpu:,.0f}",
+            *(fmt_ratio(ratios.get(b)) for b in BASELINES),
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+NOISY_LOAD = 0.1  # cores' worth of other processes' CPU during a measured run
+
+
+def _problems(result: TargetResult) -> list[str]:
+    found = []
+    for label, phase in (("loaded", result.loaded), ("unloaded", result.unloaded)):
+        if phase.other_load > NOISY_LOAD or phase.steal_s > NOISY_LOAD * phase.load.duration_s:
+            found.append(
+                f"{result.name} ({label}): other processes used {phase.other_load:.2f} cores"
+                f" and steal was {phase.steal_s:.2f} s during the run: treat it as noisy"
+            )
+        if phase.load.errors:
+            found.append(
+                f"{result.name} ({label}): {phase.load.socket_errors} socket errors, "
+                f"{phase.load.non_2xx_3xx} non-2xx/3xx responses"
+            )
+    return found
+
+
+def kept_section(existing: str | None) -> str:
+    """The hand-written text between the keep markers of an existing README."""
+    if existing is None or KEEP_START not in existing:
+        return DEFAULT_KEPT
+    body = existing.split(KEEP_START, 1)[1].split(KEEP_END, 1)[0]
+    return body.strip("\n") or DEFAULT_KEPT
+
+
+def render_readme(record: RunRecord, kept: str) -> str:
+    service = [r for r in record.results if r.group == "service"]
+    problems = [p for r in record.results for p in _problems(r)]
+    notes = [*record.notes, *problems]
+    if not any("noisy" in p for p in problems):
+        notes.append(
+            f"no measured run saw other processes use more than {NOISY_LOAD:.2f} cores"
+            " (busy time from /proc/stat minus the server's and wrk's own)"
+        )
+    c = record.results[0].loaded.connections if record.results else 32
+    lines = [
+        "# svc benchmarks",
+        "",
+        "<!-- generated by bench/report.py on every `make bench`: edit only the",
+        '     "What each change bought" section, which is carried over -->',
+        "",
+        "What this measures: each HTTP path of the service, served on loopback by a",
+        "real server process and loaded by wrk, reported as throughput and latency",
+        f"at a fixed concurrency (c{c}, saturation: closed loop, so queueing",
+        "dominates p50/p99) and unloaded (c1: the service time of one request),",
+        "plus the server's CPU time per request. Absolute numbers drift 10-15 %",
+        "between runs on a shared machine, so every path is also given as a ratio",
+        "of its throughput to two baselines measured in the same run:",
+        "",
+        "- `hypercorn-trio-302`: a bare ASGI app on Hypercorn's trio worker returning",
+        "  302 (`bench/baselines/hypercorn_302.py`): the server layer the service runs on;",
+        "- `trio-h11-302`: a bare trio + h11 keep-alive server returning 302",
+        "  (`bench/baselines/h11_302.py`): the floor trio itself allows.",
+        "",
+        "## How to run",
+        "",
+        "```",
+        "make bench                                  # full run, rewrites this file",
+        ".venv/bin/python -m bench.harness --quick   # shorter phases",
+        ".venv/bin/python -m bench.harness --only NAME [--only NAME2]  # some service paths",
+        "```",
+        "",
+        "`bench/setup.sh` installs wrk (Debian package) when it is missing. Each target:",
+        "start its server on a free loopback port (pinned to CPU 1, wrk on CPU 0),",
+        "wait until it answers, check one request's status, warm up, measure at the",
+        "fixed concurrency and at c1, stop it with SIGTERM. p50/p99 come from a wrk",
+        "`done` hook printing exact percentiles; CPU µs/req is the server process",
+        "tree's user+system time (from /proc) during the loaded run divided by the",
+        "requests it served. Raw wrk output and server logs land in `bench/out/`.",
+        "Service paths are registered in `bench/targets.py`. The run is bounded: the",
+        "harness refuses to start a run whose estimated wall time exceeds `--budget`",
+        "(570 s by default); every wrk run has a fixed duration and a timeout.",
+        "",
+        "## Last run",
+        "",
+        f"- date: {record.started_at}; wall time {record.elapsed_s:.0f} s",
+        f"- command: `{record.command}`",
+        f"- phases ({record.profile}): {record.durations}",
+        f"- pinning: {record.pinning}",
+        "- machine: " + "; ".join(f"{k} {v}" for k, v in record.machine),
+        "- versions: " + "; ".join(f"{k} {v}" for k, v in record.versions),
+        "",
+        render_table(record),
+        "",
+        f"Ratios: this path's req/s at c{c} divided by the baseline's, same run.",
+        "",
+    ]
+    if not service:
+        lines += [
+            "No service paths are registered yet, so only the baselines were measured.",
+            "Paths to add in `bench/targets.py` as the service grows:",
+            "",
+            *(f"- {p}" for p in PENDING_PATHS),
+            "",
+        ]
+    lines += ["### Commands of this run", ""]
+    for r in record.results:
+        lines += [
+            f"- {r.name}: {r.description}",
+            f"  - server: `{_relative(r.server_argv)}`",
+            f"  - loaded: `{_relative(r.loaded.wrk_argv)}`",
+            f"  - unloaded: `{_relative(r.unloaded.wrk_argv)}`",
+        ]
+    lines += ["", "### Notes", "", *(f"- {n}" for n in notes)]
+    lines += ["", "## What each change bought", "", KEEP_START, kept, KEEP_END, ""]
+    return "\n".join(lines)
+
+
+def write_readme(record: RunRecord, path: Path) -> None:
+    existing = path.read_text() if path.exists() else None
+    path.write_text(render_readme(record, kept_section(existing)))

@@ -1,0 +1,102 @@
+"""What one benchmark run produced, and the ratios to the baselines.
+
+Absolute numbers drift by 10-15 % between runs on a shared machine, so every
+claim is made as a ratio to baselines measured in the same run: a target's
+loaded (c32) throughput divided by each baseline's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from bench.wrk import WrkResult
+
+HYPERCORN_302 = "hypercorn-trio-302"
+H11_302 = "trio-h11-302"
+BASELINES = (HYPERCORN_302, H11_302)
+
+
+@attrs.frozen
+class PhaseResult:
+    """One measured wrk run against a running server."""
+
+    connections: int
+    load: WrkResult
+    server_cpu_s: float
+    wrk_argv: tuple[str, ...]
+    wrk_cpu_s: float = 0.0
+    other_cpu_s: float = 0.0
+    """CPU time used by everything but the server and wrk during the run (noise)."""
+    steal_s: float = 0.0
+
+    @property
+    def other_load(self) -> float:
+        """Cores' worth of CPU that other processes used during the run."""
+        return self.other_cpu_s / self.load.duration_s if self.load.duration_s else 0.0
+
+    @property
+    def cpu_us_per_request(self) -> float | None:
+        if self.load.requests == 0:
+            return None
+        return self.server_cpu_s * 1e6 / self.load.requests
+
+
+@attrs.frozen
+class TargetResult:
+    name: str
+    group: str
+    description: str
+    server_argv: tuple[str, ...]
+    loaded: PhaseResult
+    unloaded: PhaseResult
+    exit_status: int
+    stopped_cleanly: bool
+
+
+@attrs.frozen
+class RunRecord:
+    """A whole run: where, with what, how, and the results."""
+
+    started_at: str
+    command: str
+    profile: str
+    durations: str
+    pinning: str
+    machine: tuple[tuple[str, str], ...]
+    versions: tuple[tuple[str, str], ...]
+    results: tuple[TargetResult, ...]
+    ratios: Mapping[str, Mapping[str, float | None]]
+    elapsed_s: float
+    notes: tuple[str, ...] = ()
+
+
+def compute_ratios(
+    rps: Mapping[str, float], baselines: Sequence[str] = BASELINES
+) -> dict[str, dict[str, float | None]]:
+    """Each target's throughput divided by each baseline's (None if that baseline is missing)."""
+    ratios: dict[str, dict[str, float | None]] = {}
+    for name, value in rps.items():
+        ratios[name] = {}
+        for baseline in baselines:
+            base = rps.get(baseline)
+            ratios[name][baseline] = value / base if base else None
+    return ratios
+
+
+def ratios_for(results: Sequence[TargetResult]) -> dict[str, dict[str, float | None]]:
+    """Ratios of the loaded throughput of every result to the baselines among them."""
+    return compute_ratios({r.name: r.loaded.load.rps for r in results})
+
+
+def as_json(record: RunRecord) -> dict[str, object]:
+    """The run as plain JSON-ready data (kept in bench/out/ for later comparison)."""
+    data = attrs.asdict(record, recurse=True)
+    data["machine"] = dict(record.machine)
+    data["versions"] = dict(record.versions)
+    for result, raw in zip(record.results, data["results"], strict=True):
+        for phase_name in ("loaded", "unloaded"):
+            phase: PhaseResult = getattr(result, phase_name)
+            raw[phase_name]["cpu_us_per_request"] = phase.cpu_us_per_request
+    return data

@@ -1,0 +1,232 @@
+"""Driving wrk: the Lua script it runs, its command line, and reading its output.
+
+wrk's own text output rounds latencies (``9.40ms``) and prints four
+percentiles. The harness therefore always appends a ``done`` hook to the Lua
+script that prints one line, ``BENCH_JSON {...}``, holding the exact request
+count, duration, error counts and latency percentiles in microseconds.
+``parse_wrk_output`` prefers that line and falls back on the text (run with
+``--latency``) when it is missing, e.g. for output captured by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Sequence
+
+import attrs
+
+JSON_MARKER = "BENCH_JSON "
+
+DONE_HOOK = r"""
+-- appended by bench.harness: exact results as one JSON line
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'BENCH_JSON {"requests": %d, "duration_us": %d, "bytes": %d, ' ..
+    '"errors": {"connect": %d, "read": %d, "write": %d, "status": %d, "timeout": %d}, ' ..
+    '"latency_us": {"min": %d, "max": %d, "mean": %.3f, "stdev": %.3f, ' ..
+    '"p50": %d, "p75": %d, "p90": %d, "p99": %d, "p99.9": %d}}\n',
+    summary.requests, summary.duration, summary.bytes,
+    e.connect, e.read, e.write, e.status, e.timeout,
+    latency.min, latency.max, latency.mean, latency.stdev,
+    latency:percentile(50), latency:percentile(75), latency:percentile(90),
+    latency:percentile(99), latency:percentile(99.9)))
+end
+"""
+
+_TIME_UNITS_US = {"us": 1.0, "ms": 1e3, "s": 1e6, "m": 60e6, "h": 3600e6}
+_NUMBER_UNIT = r"([\d.]+)(us|ms|s|m|h)"
+
+
+@attrs.frozen
+class WrkResult:
+    """One wrk run: throughput, latency percentiles (ms) and error counts."""
+
+    requests: int
+    duration_s: float
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    percentiles_ms: tuple[tuple[str, float], ...]
+    socket_errors: int
+    non_2xx_3xx: int
+    exact: bool
+    """True when read from the JSON done hook, False when from wrk's rounded text."""
+
+    @property
+    def errors(self) -> int:
+        return self.socket_errors + self.non_2xx_3xx
+
+
+def parse_wrk_output(text: str) -> WrkResult:
+    """Read a wrk run's results from its stdout; ``ValueError`` if there are none."""
+    for line in text.splitlines():
+        if line.startswith(JSON_MARKER):
+            return _from_json(json.loads(line[len(JSON_MARKER) :]))
+    return _from_text(text)
+
+
+def _from_json(data: dict[str, object]) -> WrkResult:
+    latency = _mapping(data["latency_us"])
+    errors = _mapping(data["errors"])
+    requests = _int(data["requests"])
+    duration_s = _int(data["duration_us"]) / 1e6
+    if duration_s <= 0:
+        raise ValueError("wrk reported a zero duration")
+    percentiles = tuple(
+        (name, _int(latency[name]) / 1e3) for name in ("p50", "p75", "p90", "p99", "p99.9")
+    )
+    return WrkResult(
+        requests=requests,
+        duration_s=duration_s,
+        rps=requests / duration_s,
+        p50_ms=_int(latency["p50"]) / 1e3,
+        p99_ms=_int(latency["p99"]) / 1e3,
+        percentiles_ms=percentiles,
+        socket_errors=sum(_int(errors[k]) for k in ("connect", "read", "write", "timeout")),
+        non_2xx_3xx=_int(errors["status"]),
+        exact=True,
+    )
+
+
+def _from_text(text: str) -> WrkResult:
+    rps = re.search(r"^Requests/sec:\s+([\d.]+)", text, re.MULTILINE)
+    total = re.search(r"^\s*(\d+) requests in " + _NUMBER_UNIT, text, re.MULTILINE)
+    if rps is None or total is None:
+        raise ValueError("no wrk results found (neither a BENCH_JSON line nor Requests/sec)")
+    found = {
+        m.group(1): _to_ms(m.group(2), m.group(3))
+        for m in re.finditer(r"^\s+(50|75|90|99)%\s+" + _NUMBER_UNIT + r"\s*$", text, re.MULTILINE)
+    }
+    if "50" not in found or "99" not in found:
+        raise ValueError("no latency distribution in wrk output (run wrk with --latency)")
+    socket = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text
+    )
+    status = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    return WrkResult(
+        requests=int(total.group(1)),
+        duration_s=_to_ms(total.group(2), total.group(3)) / 1e3,
+        rps=float(rps.group(1)),
+        p50_ms=found["50"],
+        p99_ms=found["99"],
+        percentiles_ms=tuple((f"p{k}", v) for k, v in found.items()),
+        socket_errors=sum(int(g) for g in socket.groups()) if socket else 0,
+        non_2xx_3xx=int(status.group(1)) if status else 0,
+        exact=False,
+    )
+
+
+def _to_ms(number: str, unit: str) -> float:
+    return float(number) * _TIME_UNITS_US[unit] / 1e3
+
+
+def _mapping(value: object) -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object in BENCH_JSON, got {value!r}")
+    return value
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a number in BENCH_JSON, got {value!r}")
+    return int(value)
+
+
+def lua_string(text: str) -> str:
+    """``text`` as a Lua string literal (bytes outside printable ASCII escaped)."""
+    out = []
+    for byte in text.encode():
+        char = chr(byte)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 32 <= byte < 127:
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03d}")
+    return '"' + "".join(out) + '"'
+
+
+def render_lua(
+    *,
+    name: str,
+    method: str = "GET",
+    headers: Sequence[tuple[str, str]] = (),
+    body_file: str | None = None,
+    paths: Sequence[str] = ("/",),
+    paths_file: str | None = None,
+    user_script: str | None = None,
+) -> str:
+    """The whole wrk script for a target: request setup, optional user script, done hook.
+
+    With one fixed path and no user script, wrk builds the request once (the
+    cheapest way for wrk). With several paths, or a ``paths_file``, a
+    ``request`` function picks one at random (fixed seed) for each request.
+    """
+    lines = [f"-- generated by bench.harness for {name}; do not edit", ""]
+    lines.append(f"wrk.method = {lua_string(method)}")
+    for key, value in headers:
+        lines.append(f"wrk.headers[{lua_string(key)}] = {lua_string(value)}")
+    if body_file is not None:
+        lines += [
+            f"local body_handle = assert(io.open({lua_string(body_file)}, 'rb'))",
+            "wrk.body = body_handle:read('*a')",
+            "body_handle:close()",
+        ]
+    if paths_file is not None or len(paths) > 1:
+        lines.append("local bench_paths = {}")
+        if paths_file is not None:
+            lines += [
+                f"for line in io.lines({lua_string(paths_file)}) do",
+                "  if #line > 0 then bench_paths[#bench_paths + 1] = line end",
+                "end",
+            ]
+        for path in paths if paths_file is None else ():
+            lines.append(f"bench_paths[#bench_paths + 1] = {lua_string(path)}")
+        lines += [
+            "assert(#bench_paths > 0, 'no request paths')",
+            "math.randomseed(20261122)",
+            "request = function()",
+            "  return wrk.format(nil, bench_paths[math.random(#bench_paths)])",
+            "end",
+        ]
+    if user_script is not None:
+        lines += ["", "-- target's own script", user_script.rstrip("\n")]
+    return "\n".join(lines) + "\n" + DONE_HOOK
+
+
+def wrk_argv(
+    *,
+    url: str,
+    script: str,
+    connections: int,
+    duration_s: int,
+    threads: int = 1,
+    timeout_s: int = 5,
+    cpus: str | None = None,
+) -> list[str]:
+    """The wrk command line, behind ``taskset -c CPUS`` when ``cpus`` is given."""
+    argv = [
+        "wrk",
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{duration_s}s",
+        f"--timeout={timeout_s}s",
+        "--latency",
+        "-s",
+        script,
+        url,
+    ]
+    return ["taskset", "-c", cpus, *argv] if cpus is not None else argv
+
+
+def wrk_version() -> str:
+    """wrk's version (``debian/4.1.0-3+b2 [epoll]``), or ``unknown``."""
+    try:
+        done = subprocess.run(["wrk", "-v"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    first = (done.stdout or done.stderr).strip().splitlines()
+    return first[0].split(" Copyright")[0].removeprefix("wrk ") if first else "unknown"

@@ -1,0 +1,137 @@
+"""The benchmark harness's pure parts: wrk output parsing, ratios, README carry-over.
+
+No network and no subprocess: canned wrk output (captured from a real run of
+``bench.harness`` against the trio-h11-302 baseline, then edited for the
+error and unit cases).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+# bench/ is not an installed package; make the repository root importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import FULL, estimate_seconds
+from bench.report import DEFAULT_KEPT, KEEP_END, KEEP_START, kept_section
+from bench.results import H11_302, HYPERCORN_302, compute_ratios
+from bench.server import ProcStat
+from bench.targets import all_targets
+from bench.wrk import lua_string, parse_wrk_output, render_lua
+
+WRK_TEXT = """\
+Running 3s test @ http://127.0.0.1:52567/s1
+  1 threads and 32 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     2.00ms  603.53us   6.45ms   72.56%
+    Req/Sec    16.09k     1.79k   18.18k    76.67%
+  Latency Distribution
+     50%    1.93ms
+     75%    2.21ms
+     90%    2.80ms
+     99%    3.96ms
+  47992 requests in 3.00s, 4.39MB read
+Requests/sec:  15991.61
+Transfer/sec:      1.46MB
+"""
+WRK_JSON = (
+    'BENCH_JSON {"requests": 47992, "duration_us": 3001073, "bytes": 4607232, '
+    '"errors": {"connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0}, '
+    '"latency_us": {"min": 99, "max": 6454, "mean": 2000.794, "stdev": 603.525, '
+    '"p50": 1927, "p75": 2212, "p90": 2796, "p99": 3960, "p99.9": 4906}}\n'
+)
+WRK_TEXT_ERRORS = """\
+Running 1m test @ http://127.0.0.1:8000/
+  1 threads and 1 connections
+  Latency Distribution
+     50%  292.00us
+     75%  350.00us
+     90%  401.00us
+     99%    1.20s
+  186000 requests in 1.00m, 17.00MB read
+  Socket errors: connect 0, read 2, write 1, timeout 4
+  Non-2xx or 3xx responses: 12
+Requests/sec:   3100.00
+"""
+
+
+def test_json_line_gives_exact_results() -> None:
+    result = parse_wrk_output(WRK_TEXT + WRK_JSON)
+    assert result.exact
+    assert result.requests == 47992
+    assert result.duration_s == pytest.approx(3.001073)
+    assert result.rps == pytest.approx(47992 / 3.001073)
+    assert result.p50_ms == pytest.approx(1.927)
+    assert result.p99_ms == pytest.approx(3.96)
+    assert dict(result.percentiles_ms)["p99.9"] == pytest.approx(4.906)
+    assert result.errors == 0
+
+
+def test_text_output_is_the_fallback() -> None:
+    result = parse_wrk_output(WRK_TEXT)
+    assert not result.exact
+    assert result.rps == pytest.approx(15991.61)
+    assert result.requests == 47992
+    assert result.duration_s == pytest.approx(3.0)
+    assert result.p50_ms == pytest.approx(1.93)
+    assert result.p99_ms == pytest.approx(3.96)
+
+
+def test_text_units_and_error_counts() -> None:
+    result = parse_wrk_output(WRK_TEXT_ERRORS)
+    assert result.p50_ms == pytest.approx(0.292)
+    assert result.p99_ms == pytest.approx(1200.0)
+    assert result.duration_s == pytest.approx(60.0)
+    assert (result.socket_errors, result.non_2xx_3xx, result.errors) == (7, 12, 19)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "wrk: connection refused\n", WRK_TEXT.replace("     99%    3.96ms\n", "")],
+)
+def test_output_without_results_is_rejected(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_wrk_output(text)
+
+
+def test_ratios_are_against_both_baselines_of_the_same_run() -> None:
+    hypercorn = parse_wrk_output(WRK_TEXT_ERRORS).rps  # 3100.00
+    h11 = parse_wrk_output(WRK_TEXT).rps  # 15991.61
+    ratios = compute_ratios({HYPERCORN_302: hypercorn, H11_302: h11, "redirect": 1550.0})
+    assert ratios["redirect"][HYPERCORN_302] == pytest.approx(0.5)
+    assert ratios["redirect"][H11_302] == pytest.approx(1550.0 / 15991.61)
+    assert ratios[HYPERCORN_302][HYPERCORN_302] == pytest.approx(1.0)
+    assert ratios[H11_302][HYPERCORN_302] == pytest.approx(15991.61 / 3100.0)
+
+
+def test_ratio_is_none_without_that_baseline() -> None:
+    ratios = compute_ratios({H11_302: 10_000.0, "resolve": 2_500.0})
+    assert ratios["resolve"] == {HYPERCORN_302: None, H11_302: pytest.approx(0.25)}
+
+
+def test_proc_stat_survives_odd_command_names() -> None:
+    text = "4242 (py (x) 1) S 17 4242 4242 0 -1 4194560 9 0 0 0 311 42 5 6 20 0 3 0 1 2 3"
+    assert ProcStat.from_text(text) == ProcStat(ppid=17, utime=311, stime=42, cutime=5, cstime=6)
+
+
+def test_hand_written_section_is_carried_over() -> None:
+    existing = f"# old\n| table |\n{KEEP_START}\n- actor batching: 0.58 -> 1.02\n{KEEP_END}\n"
+    assert kept_section(existing) == "- actor batching: 0.58 -> 1.02"
+    assert kept_section(None) == DEFAULT_KEPT
+    assert kept_section("# a README without markers\n") == DEFAULT_KEPT
+
+
+def test_lua_strings_and_random_paths() -> None:
+    assert lua_string('a"b\\c\n') == '"a\\"b\\\\c\\010"'
+    script = render_lua(name="t", paths=("/a", "/b"))
+    assert 'bench_paths[#bench_paths + 1] = "/b"' in script
+    assert "request = function()" in script
+    assert "BENCH_JSON" in script
+    assert "request = function()" not in render_lua(name="t", paths=("/a",))
+
+
+def test_full_run_of_registered_targets_fits_the_time_budget() -> None:
+    assert estimate_seconds(all_targets(), FULL) <= 570
