@@ -10,18 +10,22 @@ redirect's slug lookup) go straight to the store and skip the mailbox.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 import trio
 
 from actors.clock import Clock
 from actors.mailbox import Mailbox
 from storage.lmdb_store import LmdbStore
+from storage.writer import Op, Pending
 from svc_engine.errors import NotFound
 from svc_engine.records import Project
 from svc_engine.settings import DeferredSettings, apply_patch
 from svc_engine.store import IdemWrite
 
 log = logging.getLogger("svc.project")
+T = TypeVar("T")
 MAILBOX_CAPACITY = 1024
 
 
@@ -52,6 +56,17 @@ class ProjectActor:
         await self.mailbox.serve(on_failure=self._reload)
 
     # -- calls (each runs inside the actor's task) ---------------------------------
+
+    async def submit(self, build: Callable[[DeferredSettings], Op[T]]) -> Pending[T]:
+        """Queue an attribution op built with the current settings, in this
+        project's order. The op decides inside the write transaction, so rules
+        like single use hold; the caller awaits the returned commit outside the
+        mailbox, so the actor never waits for a disk flush."""
+
+        async def do() -> Pending[T]:
+            return await self._store.submit(build(self.settings))
+
+        return await self.mailbox.call(do)
 
     async def get_settings(self) -> DeferredSettings:
         return await self.mailbox.call(lambda: self.settings)

@@ -36,9 +36,13 @@ DATABASES = (
     b"platforms",        # project id -> Platforms
     b"tokens",           # token -> Token (single-use svc_token)
     b"handoffs",         # project | mode | user hash | created ms | id -> Handoff
+    b"handoffs_by_time",  # expires ms | handoff key -> b"" (expiry sweep)
     b"installs",         # project | mode | install id -> Install
+    b"install_decisions",  # project | mode | install id -> how its first launch was judged
     b"clicks",           # project | mode | ms | click id -> Click
     b"click_window",     # project | mode | ms | click id -> ClickWindowEntry
+    b"click_window_by_time",  # ms | project | mode | click id -> b"" (purge sweep)
+    b"tokens_by_time",   # expires ms | token -> b"" (expiry sweep)
     b"opens",            # project | mode | ms | open id -> Open
     b"events",           # project | mode | ms | event id -> SdkEvent
     b"event_ids",        # project | mode | event id -> ms (deduplication)
@@ -47,6 +51,18 @@ DATABASES = (
     b"deliveries",       # delivery id -> Delivery
     b"deliveries_by_project",  # project | mode | created ms | delivery id -> endpoint id
 )
+
+
+MODES = {"test": b"t", "live": b"l"}
+
+
+def mode_byte(mode: str) -> bytes:
+    return MODES[mode]
+
+
+def scope(project_id: str, mode: str) -> bytes:
+    """The 17-byte prefix of a project's records in one mode."""
+    return uid(project_id) + MODES[mode]
 
 
 def uid(value: str) -> bytes:

@@ -123,7 +123,7 @@ class LmdbStore:
     async def submit(self, op: Op[Any]) -> Pending[Any]:
         return await self.writer.submit(op)
 
-    def _record_response(self, txn: lmdb.Transaction, idem: IdemWrite | None,
+    def record_response(self, txn: lmdb.Transaction, idem: IdemWrite | None,
                          result: object) -> None:
         if idem is None:
             return
@@ -321,7 +321,7 @@ class LmdbStore:
 
         def op(txn: lmdb.Transaction) -> DeferredSettings:
             txn.put(layout.uid(project_id), encode(settings), db=db)
-            self._record_response(txn, idem, settings)
+            self.record_response(txn, idem, settings)
             return settings
 
         return await self.write(op)  # type: ignore[no-any-return]

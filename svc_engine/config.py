@@ -69,6 +69,9 @@ SETTINGS: tuple[Setting, ...] = (
             "trusted proxy header carrying the client's country, e.g. CF-IPCountry"),
     Setting("geoip_db", "SVC_GEOIP_DB", None, _opt,
             "optional MaxMind-format country database file"),
+    Setting("client_ip_header", "SVC_CLIENT_IP_HEADER", None, _opt,
+            "trusted proxy header with the client address (first entry used, in memory only), "
+            "e.g. X-Forwarded-For"),
     Setting("certfile", "SVC_CERTFILE", None, _opt, "TLS certificate (PEM) to serve HTTPS"),
     Setting("keyfile", "SVC_KEYFILE", None, _opt, "TLS private key (PEM) to serve HTTPS"),
     Setting("webhook_allow_cidrs", "SVC_WEBHOOK_ALLOW_CIDRS", (), _csv,
@@ -96,6 +99,7 @@ class Config:
     rate_limit_per_key: int = 100
     country_header: str | None = None
     geoip_db: str | None = None
+    client_ip_header: str | None = None
     certfile: str | None = None
     keyfile: str | None = None
     webhook_allow_cidrs: tuple[str, ...] = ()

@@ -151,10 +151,12 @@ def _keys(metric: Metric, link_id: str | None, at_ms: int,
                  for scope in scopes for dim, value in (("total", ""), *dimensions))
 
 
-def click_keys(*, link_id: str, at_ms: int, platform: str,
-               country: str | None) -> tuple[CounterKey, ...]:
+def click_keys(*, link_id: str, at_ms: int, platform: str, country: str | None,
+               referrer_host: str | None = None) -> tuple[CounterKey, ...]:
+    """A tap with no referrer counts under referrer "direct"."""
     return _keys(Metric.CLICKS, link_id, at_ms,
-                 [("platform", platform), ("country", country or UNKNOWN)])
+                 [("platform", platform), ("country", country or UNKNOWN),
+                  ("referrer", referrer_host or "direct")])
 
 
 def open_keys(*, link_id: str, at_ms: int, platform: str, method: str) -> tuple[CounterKey, ...]:

@@ -49,6 +49,10 @@ class App:
         self.project_id: str = info["projectId"]
         self.org_id: str = info["organizationId"]
 
+    async def flush(self) -> None:
+        """Wait until every write queued so far is committed (the writer is FIFO)."""
+        await self.services.store.write(lambda txn: None)
+
     def client(self, key: str | None = None, **headers: str) -> httpx.AsyncClient:
         h = {"content-type": "application/json", **headers}
         if key is not None:
@@ -91,3 +95,17 @@ def server_factory(tmp_path: Any) -> Iterator[type[ServerProcess]]:
 
 def pytest_configure(config: Any) -> None:
     os.environ.setdefault("SVC_LOG_LEVEL", "info")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing() -> Iterator[None]:
+    """Argon2 at its production cost takes ~50 ms a hash; tests hash many
+    passwords. The algorithm and code path stay the same, only cheaper."""
+    import argon2
+
+    from web import tenancy
+
+    saved = tenancy._hasher
+    tenancy._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
+    yield
+    tenancy._hasher = saved

@@ -7,14 +7,9 @@ error and unit cases).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 # bench/ is not an installed package; make the repository root importable.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from bench.harness import FULL, estimate_seconds
 from bench.report import DEFAULT_KEPT, KEEP_END, KEEP_START, kept_section
 from bench.results import H11_302, HYPERCORN_302, compute_ratios

@@ -155,16 +155,20 @@ def test_utc_day(ms: int, day: str) -> None:
 
 def test_click_keys() -> None:
     day = "2026-11-22"
-    assert click_keys(link_id=LINK, at_ms=NOW, platform="ios", country="DE") == (
+    assert click_keys(link_id=LINK, at_ms=NOW, platform="ios", country="DE",
+                      referrer_host="news.example") == (
         ("clicks", LINK, day, "total", ""),
         ("clicks", LINK, day, "platform", "ios"),
         ("clicks", LINK, day, "country", "DE"),
+        ("clicks", LINK, day, "referrer", "news.example"),
         ("clicks", PROJECT_SCOPE, day, "total", ""),
         ("clicks", PROJECT_SCOPE, day, "platform", "ios"),
         ("clicks", PROJECT_SCOPE, day, "country", "DE"),
+        ("clicks", PROJECT_SCOPE, day, "referrer", "news.example"),
     )
     keys = click_keys(link_id=LINK, at_ms=NOW, platform="desktop", country=None)
     assert ("clicks", LINK, day, "country", "unknown") in keys
+    assert ("clicks", LINK, day, "referrer", "direct") in keys
 
 
 def test_open_keys() -> None:

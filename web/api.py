@@ -17,9 +17,10 @@ class Api:
         self.limiter = RateLimiter(services.config.rate_limit_per_key)
         self.idem = IdempotencyGuard(services)
         self.max_body = services.config.max_body_bytes
-        from web import api_settings  # route modules register themselves
+        from web import api_links, api_settings  # route modules register themselves
 
         api_settings.register(self)
+        api_links.register(self)
 
     def sdk_auth(self, req: Request) -> KeyContext:
         return authenticate(req, self.services, KeyKind.PUBLISHABLE, self.limiter)

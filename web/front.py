@@ -15,24 +15,25 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from svc_engine.errors import NotFound, Overloaded, SvcError
+from svc_engine.errors import Overloaded, SvcError
 from web import logs
 from web.api import Api
 from web.http import Receive, Request, Response, Scope, Send, error_response, json_response
+from web.redirector import Redirector
 from web.services import Services
+from web.wellknown import WellKnown
 
 log = logging.getLogger("svc.web")
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-PageHandler = Callable[[Request], Awaitable[Response]]
 
 
 class Front:
-    def __init__(self, services: Services, *, dashboard: AsgiApp | None = None,
-                 pages: PageHandler | None = None) -> None:
+    def __init__(self, services: Services, *, dashboard: AsgiApp | None = None) -> None:
         self.services = services
         self.api = Api(services)
         self.dashboard = dashboard
-        self.pages = pages
+        self.redirector = Redirector(services)
+        self.wellknown = WellKnown(services)
         self.in_flight = 0
         self.max_in_flight = services.config.max_in_flight
         self.access_log = services.config.access_log
@@ -69,9 +70,9 @@ class Front:
                 return await self.api.handle(req)
             if req.path == "/healthz":
                 return json_response(200, {"status": "ok"})
-            if self.pages is not None:
-                return await self.pages(req)
-            raise NotFound(f"no route for {req.path}")
+            if req.path.startswith("/.well-known/"):
+                return await self.wellknown.handle(req)
+            return await self.redirector.handle(req)
         except SvcError as e:
             if e.status >= 500 and not isinstance(e, Overloaded):
                 log.error("%s on %s %s: %s", type(e).__name__, req.method, req.path, e)

@@ -11,8 +11,11 @@ from actors.clock import Clock
 from actors.registry import Registry
 from actors.signal import Wakeup
 from actors.timer import TimerActor
+from storage.attribution_store import AttributionStore
+from storage.links_store import LinksStore
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
+from svc_engine.links import default_domain
 
 
 def system_random(n: int) -> bytes:
@@ -31,3 +34,13 @@ class Services:
     # Notified after a commit that appended to the outbox; the webhook
     # dispatcher waits on it (and also polls, so a missed notify only delays).
     outbox_wakeup: Wakeup = attrs.field(factory=Wakeup)
+    links: LinksStore = attrs.field(init=False)
+    attribution: AttributionStore = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.links = LinksStore(self.store)
+        self.attribution = AttributionStore(self.store, self.config.base_url)
+
+    @property
+    def default_domain(self) -> str:
+        return default_domain(self.config.base_url)

@@ -1,0 +1,217 @@
+"""Links, slugs, custom domains and platform settings in LMDB.
+
+The redirect's read is ``resolve(host, slug)``: one read transaction, two or
+three gets (custom domain, slug, link), no mailbox. Writes are atomic ops;
+link creation checks the slug and the organization's plan quota inside the
+same transaction that stores the link, so neither can be raced past.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+import cbor2
+import lmdb
+
+from storage import layout
+from storage.codec import decode, encode
+from storage.lmdb_store import LmdbStore
+from svc_engine.errors import InvalidDomain, LinkQuotaExceeded, NotFound, ValidationError
+from svc_engine.links import Link
+from svc_engine.platforms import Platforms
+from svc_engine.store import IdemWrite
+
+_ORG_LINKS = b"org_links:"  # meta counter: live (not deleted) links per organization
+
+
+def _slug_key(domain: str, slug: str) -> bytes:
+    return domain.encode() + b"\x00" + slug.encode()
+
+
+@attrs.frozen
+class LinkPage:
+    links: list[Link]
+    next_cursor: str | None
+
+
+class LinksStore:
+    def __init__(self, store: LmdbStore) -> None:
+        self.store = store
+        self._links = store.db(b"links")
+        self._slugs = store.db(b"slugs")
+        self._by_project = store.db(b"links_by_project")
+        self._domains = store.db(b"domains")
+        self._platforms = store.db(b"platforms")
+        self._meta = store.db(b"meta")
+
+    # -- reads ----------------------------------------------------------------
+
+    def get(self, link_id: str) -> Link | None:
+        with self.store.read() as txn:
+            raw = txn.get(layout.uid(link_id), db=self._links)
+        return decode(Link, bytes(raw)) if raw is not None else None
+
+    def by_slug(self, domain: str, slug: str) -> Link | None:
+        with self.store.read() as txn:
+            link_id = txn.get(_slug_key(domain, slug), db=self._slugs)
+            if link_id is None:
+                return None
+            raw = txn.get(bytes(link_id), db=self._links)
+        return decode(Link, bytes(raw)) if raw is not None else None
+
+    def domain_owner(self, domain: str) -> str | None:
+        with self.store.read() as txn:
+            raw = txn.get(domain.encode(), db=self._domains)
+        return layout.from_uid(bytes(raw)) if raw is not None else None
+
+    def domains_of(self, project_id: str) -> list[str]:
+        pid = layout.uid(project_id)
+        return sorted(k.decode() for k, v in self.store.scan(b"domains", b"") if v == pid)
+
+    def platforms(self, project_id: str) -> Platforms:
+        with self.store.read() as txn:
+            raw = txn.get(layout.uid(project_id), db=self._platforms)
+        return decode(Platforms, bytes(raw)) if raw is not None else Platforms()
+
+    def org_link_count(self, org_id: str) -> int:
+        with self.store.read() as txn:
+            raw = txn.get(_ORG_LINKS + layout.uid(org_id), db=self._meta)
+        return int(cbor2.loads(bytes(raw))) if raw is not None else 0
+
+    def list(self, project_id: str, mode: str, *, limit: int = 50, cursor: str | None = None,
+             campaign: str | None = None, channel: str | None = None, tag: str | None = None,
+             query: str | None = None) -> LinkPage:
+        """Newest first. The cursor is the index key of the last link returned."""
+        prefix = layout.scope(project_id, mode)
+        start = bytes.fromhex(cursor) if cursor else None
+        if start is not None and not start.startswith(prefix):
+            raise ValidationError("invalid cursor", field="cursor")
+        out: list[Link] = []
+        last: bytes | None = None
+        q = query.lower() if query else None
+        with self.store.read() as txn:
+            cur = txn.cursor(db=self._by_project)
+            ok = cur.set_range(start) if start is not None else cur.set_range(
+                layout.prefix_end(prefix))
+            ok = cur.prev() if ok else cur.last()
+            while ok and len(out) < limit:
+                k = bytes(cur.key())
+                if not k.startswith(prefix):
+                    break
+                raw = txn.get(k[-16:], db=self._links)
+                if raw is not None:
+                    link = decode(Link, bytes(raw))
+                    if not link.deleted and _matches(link, campaign, channel, tag, q):
+                        out.append(link)
+                        last = k
+                ok = cur.prev()
+            more = ok and bytes(cur.key()).startswith(prefix)
+        return LinkPage(out, last.hex() if (last is not None and more) else None)
+
+    # -- writes ---------------------------------------------------------------
+
+    async def create(self, link: Link, *, org_id: str, quota: int | None,
+                     idem: IdemWrite | None) -> Link:
+        def op(txn: lmdb.Transaction) -> Link:
+            if txn.get(_slug_key(link.domain, link.slug), db=self._slugs) is not None:
+                raise ValidationError(f"the slug {link.slug!r} is taken on {link.domain}",
+                                      field="slug")
+            counter = _ORG_LINKS + layout.uid(org_id)
+            raw = txn.get(counter, db=self._meta)
+            used = int(cbor2.loads(bytes(raw))) if raw is not None else 0
+            if quota is not None and used >= quota:
+                raise LinkQuotaExceeded(
+                    f"the plan allows {quota} links; delete links or upgrade the plan")
+            lid = layout.uid(link.id)
+            txn.put(lid, encode(link), db=self._links)
+            txn.put(_slug_key(link.domain, link.slug), lid, db=self._slugs)
+            txn.put(layout.scope(link.project_id, link.mode.value)
+                    + layout.ms(link.created_at_ms) + lid, b"", db=self._by_project)
+            txn.put(counter, cbor2.dumps(used + 1), db=self._meta)
+            self.store.record_response(txn, idem, link)
+            return link
+
+        return await self.store.write(op)  # type: ignore[no-any-return]
+
+    async def update(self, project_id: str, mode: str, link_id: str,
+                     change: Callable[[Link], Link], idem: IdemWrite | None) -> Link:
+        def op(txn: lmdb.Transaction) -> Link:
+            old = self._owned(txn, project_id, mode, link_id)
+            new = change(old)
+            txn.put(layout.uid(link_id), encode(new), db=self._links)
+            self.store.record_response(txn, idem, new)
+            return new
+
+        return await self.store.write(op)  # type: ignore[no-any-return]
+
+    async def delete(self, project_id: str, mode: str, link_id: str, org_id: str, now_ms: int,
+                     idem: IdemWrite | None) -> Link:
+        """Soft delete: the link answers 404 and leaves listings; its slug stays
+        reserved so an old printed link never starts pointing somewhere else."""
+
+        def op(txn: lmdb.Transaction) -> Link:
+            old = self._owned(txn, project_id, mode, link_id)
+            new = attrs.evolve(old, deleted=True, updated_at_ms=now_ms)
+            txn.put(layout.uid(link_id), encode(new), db=self._links)
+            txn.delete(layout.scope(project_id, mode) + layout.ms(old.created_at_ms)
+                       + layout.uid(link_id), db=self._by_project)
+            counter = _ORG_LINKS + layout.uid(org_id)
+            raw = txn.get(counter, db=self._meta)
+            used = int(cbor2.loads(bytes(raw))) if raw is not None else 1
+            txn.put(counter, cbor2.dumps(max(0, used - 1)), db=self._meta)
+            self.store.record_response(txn, idem, new)
+            return new
+
+        return await self.store.write(op)  # type: ignore[no-any-return]
+
+    def _owned(self, txn: lmdb.Transaction, project_id: str, mode: str, link_id: str) -> Link:
+        raw = txn.get(layout.uid(link_id), db=self._links)
+        link = decode(Link, bytes(raw)) if raw is not None else None
+        if (link is None or link.deleted or link.project_id != project_id
+                or link.mode.value != mode):
+            raise NotFound(f"no link {link_id}")
+        return link
+
+    async def add_domain(self, project_id: str, domain: str, reserved: set[str]) -> None:
+        def op(txn: lmdb.Transaction) -> None:
+            if domain in reserved:
+                raise InvalidDomain(f"{domain} is the service's own domain")
+            if not txn.put(domain.encode(), layout.uid(project_id), db=self._domains,
+                           overwrite=False):
+                raise InvalidDomain(f"{domain} is already in use")
+
+        await self.store.write(op)
+
+    async def remove_domain(self, project_id: str, domain: str) -> None:
+        def op(txn: lmdb.Transaction) -> None:
+            raw = txn.get(domain.encode(), db=self._domains)
+            if raw is None or bytes(raw) != layout.uid(project_id):
+                raise NotFound(f"no domain {domain} in this project")
+            txn.delete(domain.encode(), db=self._domains)
+
+        await self.store.write(op)
+
+    async def put_platforms(self, project_id: str, platforms: Platforms,
+                            idem: IdemWrite | None) -> Platforms:
+        def op(txn: lmdb.Transaction) -> Platforms:
+            txn.put(layout.uid(project_id), encode(platforms), db=self._platforms)
+            self.store.record_response(txn, idem, platforms)
+            return platforms
+
+        return await self.store.write(op)  # type: ignore[no-any-return]
+
+
+def _matches(link: Link, campaign: str | None, channel: str | None, tag: str | None,
+             query: str | None) -> bool:
+    if campaign is not None and link.campaign != campaign:
+        return False
+    if channel is not None and link.channel != channel:
+        return False
+    if tag is not None and tag not in link.tags:
+        return False
+    if query is not None:
+        hay = " ".join(filter(None, (link.slug, link.path, link.title, link.campaign,
+                                      link.channel, *link.tags))).lower()
+        return query in hay
+    return True

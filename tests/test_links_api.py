@@ -1,0 +1,180 @@
+"""Links, domains and platforms APIs, and the association files."""
+
+from __future__ import annotations
+
+import pytest
+
+from svc_engine.plans import Plan
+from tests.conftest import App
+
+
+async def test_sdk_create_link_random_slug_default_domain(app: App) -> None:
+    async with app.client("pk_test") as c:
+        r = await c.post("/v1/sdk/links", json={
+            "path": "/product/42", "params": {"color": "red", "size": 2, "gift": True},
+            "title": "Shoes", "campaign": "spring", "channel": "email", "tags": ["a", "b"]})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["domain"] == "svc.test" and body["url"] == f"http://svc.test/{body['slug']}"
+    assert len(body["slug"]) >= 8 and body["params"] == {"color": "red", "size": 2, "gift": True}
+    assert body["mode"] == "test" and body["createdAt"].endswith("Z")
+
+
+@pytest.mark.parametrize(("body", "code", "field"), [
+    ({"path": "no-slash"}, "validation_error", "path"),
+    ({"params": {"x": [1]}}, "validation_error", None),
+    ({"params": {"x": {"a": 1}}}, "validation_error", None),
+    ({"iosFallbackUrl": "javascript:alert(1)"}, "destination_blocked", None),
+    ({"webFallbackUrl": "ftp://example.com/x"}, "destination_blocked", None),
+    ({"slug": "mine"}, "validation_error", None),  # no custom slugs from the SDK
+    ({"unknownField": 1}, "validation_error", None),
+])
+async def test_sdk_create_link_rejections(app: App, body: dict[str, object], code: str,
+                                          field: str | None) -> None:
+    async with app.client("pk_test") as c:
+        r = await c.post("/v1/sdk/links", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == code
+    if field:
+        assert r.json()["error"]["field"] == field
+
+
+async def test_secret_key_refused_on_sdk_and_publishable_on_server(app: App) -> None:
+    async with app.client("sk_test") as c:
+        r = await c.post("/v1/sdk/links", json={"path": "/"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "wrong_key_kind"
+    async with app.client("pk_test") as c:
+        r = await c.get("/v1/links")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "wrong_key_kind"
+
+
+async def test_idempotent_link_creation_creates_one_link(app: App) -> None:
+    async with app.client("pk_live", **{"idempotency-key": "create-1"}) as c:
+        a = await c.post("/v1/sdk/links", json={"path": "/x"})
+        b = await c.post("/v1/sdk/links", json={"path": "/x"})
+    assert a.status_code == b.status_code == 201 and a.content == b.content
+    async with app.client("sk_live") as c:
+        listed = (await c.get("/v1/links")).json()["data"]
+    assert len(listed) == 1
+
+
+async def test_custom_slug_crud_and_listing(app: App) -> None:
+    async with app.client("sk_test") as c:
+        r = await c.post("/v1/links", json={"slug": "spring-sale", "path": "/sale",
+                                            "campaign": "spring", "tags": ["promo"]})
+        assert r.status_code == 201
+        link = r.json()
+        dup = await c.post("/v1/links", json={"slug": "spring-sale"})
+        assert dup.status_code == 400 and dup.json()["error"]["field"] == "slug"
+        reserved = await c.post("/v1/links", json={"slug": "v1"})
+        assert reserved.status_code == 400
+        for i in range(5):
+            await c.post("/v1/links", json={"path": f"/p/{i}", "channel": "sms"})
+        got = await c.get(f"/v1/links/{link['id']}")
+        assert got.json() == link
+        page1 = (await c.get("/v1/links", params={"limit": 4})).json()
+        assert len(page1["data"]) == 4 and page1["nextCursor"]
+        page2 = (await c.get("/v1/links", params={"limit": 4,
+                                                  "cursor": page1["nextCursor"]})).json()
+        assert len(page2["data"]) == 2 and page2["nextCursor"] is None
+        ids = [x["id"] for x in page1["data"] + page2["data"]]
+        assert len(set(ids)) == 6 and ids[-1] == link["id"]  # newest first
+        assert [x["id"] for x in (await c.get("/v1/links", params={"campaign": "spring"})
+                                  ).json()["data"]] == [link["id"]]
+        assert len((await c.get("/v1/links", params={"channel": "sms"})).json()["data"]) == 5
+        assert len((await c.get("/v1/links", params={"tag": "promo"})).json()["data"]) == 1
+        assert len((await c.get("/v1/links", params={"q": "sale"})).json()["data"]) == 1
+        bad = await c.get("/v1/links", params={"cursor": "zz"})
+        assert bad.status_code == 400
+        patched = await c.patch(f"/v1/links/{link['id']}", json={"title": "New", "campaign": None})
+        assert patched.status_code == 200
+        assert patched.json()["title"] == "New" and patched.json()["campaign"] is None
+        assert patched.json()["slug"] == "spring-sale"
+        no_slug_change = await c.patch(f"/v1/links/{link['id']}", json={"slug": "other"})
+        assert no_slug_change.status_code == 400
+        assert (await c.delete(f"/v1/links/{link['id']}")).status_code == 200
+        assert (await c.get(f"/v1/links/{link['id']}")).status_code == 404
+        assert (await c.delete(f"/v1/links/{link['id']}")).status_code == 404
+        # a deleted link's slug stays reserved
+        assert (await c.post("/v1/links", json={"slug": "spring-sale"})).status_code == 400
+    async with app.client("sk_live") as c:  # modes are separate
+        assert (await c.get("/v1/links")).json()["data"] == []
+        r = await c.get(f"/v1/links/{ids[0]}")
+        assert r.status_code == 404
+
+
+async def test_link_quota_per_plan(app: App) -> None:
+    await app.services.store.set_plan(app.org_id, Plan.STARTER)
+    store = app.services.store
+    # Fill the quota quickly through the store's counter, then cross it over HTTP.
+    import cbor2
+
+    from storage import layout
+    await store.write(lambda txn: txn.put(b"org_links:" + layout.uid(app.org_id),
+                                          cbor2.dumps(999), db=store.db(b"meta")))
+    async with app.client("pk_test") as c:
+        assert (await c.post("/v1/sdk/links", json={})).status_code == 201
+        r = await c.post("/v1/sdk/links", json={})
+    assert r.status_code == 429 and r.json()["error"]["code"] == "link_quota_exceeded"
+    assert "retry-after" in r.headers
+    async with app.client("sk_test") as c:
+        listed = (await c.get("/v1/links")).json()["data"]
+        await c.delete(f"/v1/links/{listed[0]['id']}")
+    async with app.client("pk_test") as c:  # deleting frees a place
+        assert (await c.post("/v1/sdk/links", json={})).status_code == 201
+
+
+PLATFORMS = {
+    "ios": {"appStoreId": "1234567890", "bundleId": "com.example.shop",
+            "teamId": "ABCDE12345", "scheme": "exampleshop"},
+    "android": {"packageName": "com.example.shop",
+                "sha256CertFingerprints": [":".join(["AB"] * 32)], "scheme": "exampleshop"},
+    "web": {"fallbackUrl": "https://example.com/"},
+}
+
+
+async def test_platforms_drive_association_files(app: App) -> None:
+    async with app.client() as c:
+        empty = await c.get("/.well-known/apple-app-site-association")
+        assert empty.status_code == 200 and empty.json() == {"applinks": {"details": []}}
+        assert (await c.get("/.well-known/assetlinks.json")).json() == []
+    async with app.client("sk_test") as c:
+        r = await c.patch("/v1/platforms", json=PLATFORMS)
+        assert r.status_code == 200, r.text
+        assert (await c.get("/v1/platforms")).json()["ios"]["teamId"] == "ABCDE12345"
+        bad = await c.patch("/v1/platforms", json={"ios": {"teamId": "short"}})
+        assert bad.status_code == 400
+        unknown = await c.patch("/v1/platforms", json={"windows": {}})
+        assert unknown.status_code == 400
+    async with app.client() as c:
+        aasa = await c.get("/.well-known/apple-app-site-association")
+        links = await c.get("/.well-known/assetlinks.json")
+    assert aasa.status_code == 200 and aasa.headers["content-type"] == "application/json"
+    details = aasa.json()["applinks"]["details"]
+    assert details[0]["appIDs"] == ["ABCDE12345.com.example.shop"]
+    assert {"/": "/*", "comment": "every short link opens the app"} in details[0]["components"]
+    assert links.headers["content-type"] == "application/json"
+    assert links.json() == [{
+        "relation": ["delegate_permission/common.handle_all_urls"],
+        "target": {"namespace": "android_app", "package_name": "com.example.shop",
+                   "sha256_cert_fingerprints": [":".join(["AB"] * 32)]}}]
+
+
+async def test_custom_domain_serves_only_its_project(app: App) -> None:
+    from web import tenancy
+    await app.services.store.set_plan(app.org_id, Plan.SCALE)
+    other, keys = await tenancy.create_project(app.services.store, app.org_id, "Other",
+                                               app.services.random, 1)
+    async with app.client(keys["sk_test"]) as c:
+        await c.patch("/v1/platforms", json={"ios": {"bundleId": "com.other.app",
+                                                     "teamId": "ZZZZZ99999"}})
+        assert (await c.post("/v1/domains", json={"domain": "other.example"})).status_code == 201
+    async with app.client("sk_test") as c:
+        await c.patch("/v1/platforms", json=PLATFORMS)
+    async with app.client(**{"host": "other.example"}) as c:
+        mine = (await c.get("/.well-known/apple-app-site-association")).json()
+    async with app.client() as c:
+        shared = (await c.get("/.well-known/apple-app-site-association")).json()
+    assert [d["appIDs"] for d in mine["applinks"]["details"]] == [["ZZZZZ99999.com.other.app"]]
+    assert len(shared["applinks"]["details"]) == 2
+    assert other.id

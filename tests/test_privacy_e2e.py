@@ -1,0 +1,58 @@
+"""Privacy is structural: after real traffic with distinctive client addresses,
+user agents and referrer paths, none of them is in any file of the data dir or
+in any log line. Only reduced facts (platform, country, referrer host) are."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+
+import pytest
+
+from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+ADDRESSES = ["203.0.113.197", "198.51.100.23", "2001:db8:abcd:12::7"]
+AGENT = ("Mozilla/5.0 (iPhone; CPU iPhone OS 18_6 like Mac OS X) AppleWebKit/605.1.15 "
+         "(KHTML, like Gecko) Version/26.0 Mobile/15E148 Safari/604.1 DistinctAgentMarker/77")
+REFERRER = "https://news.example/private-article-slug-4711?utm_secret=needle9931"
+
+
+def test_no_address_agent_or_referrer_path_is_stored_or_logged(
+        server_factory: type[ServerProcess]) -> None:
+    srv = server_factory(env={"SVC_COUNTRY_HEADER": "CF-IPCountry",
+                              "SVC_CLIENT_IP_HEADER": "X-Forwarded-For"}).start()
+    with srv.client("sk_live") as c:
+        assert c.patch("/v1/deferred/settings", json={
+            "probabilisticMatching": True, "probabilisticIpMatching": True,
+            "iosLandingPage": True}).status_code == 200
+        assert c.patch("/v1/platforms", json={"ios": {"appStoreId": "1234567890"}}
+                       ).status_code == 200
+        link = c.post("/v1/links", json={"path": "/p"}).json()
+    for ip in ADDRESSES:
+        with srv.client(**{"user-agent": AGENT, "referer": REFERRER, "x-forwarded-for": ip,
+                           "cf-ipcountry": "NL"}) as c:
+            r = c.get(f"/{link['slug']}")
+            assert r.status_code == 200  # the landing page
+    srv.stop()
+    needles = [AGENT.encode(), b"DistinctAgentMarker", b"private-article-slug-4711",
+               b"needle9931"]
+    for ip in ADDRESSES:
+        needles.append(ip.encode())
+        if ipaddress.ip_address(ip).version == 6:  # 4 packed bytes could occur by chance
+            needles.append(ipaddress.ip_address(ip).packed)
+        needles.append(str(ipaddress.ip_address(ip).exploded).encode())
+    found_files = 0
+    for root, _, files in os.walk(srv.data_dir):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                blob = f.read()
+            found_files += 1
+            for n in needles:
+                assert n not in blob, (name, n)
+            assert b"news.example" in blob or name != "data.mdb"  # the host is kept
+    assert found_files >= 1
+    logs = srv.logs()
+    for n in needles:
+        assert n.decode("latin-1") not in logs, n

@@ -1,0 +1,174 @@
+"""The redirector over HTTP: SPEC.md's decision table again, now through the
+real ASGI front with real user agents, tokens in LMDB and clicks recorded."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from svc_engine.attribution import Token
+from svc_engine.platforms import Platforms
+from svc_engine.redirect import LandingPage, OgPage, Redirect, TokenPlacement
+from tests.conftest import App
+from tests.test_redirect import ANDROID, DESKTOP, FULL, IPHONE, NO_APPS, TABLE
+
+UA = {
+    "ios": "Mozilla/5.0 (iPhone; CPU iPhone OS 18_6 like Mac OS X) AppleWebKit/605.1.15 "
+           "(KHTML, like Gecko) Version/26.0 Mobile/15E148 Safari/604.1",
+    "android": "Mozilla/5.0 (Linux; Android 10; K) AppleWebKit/537.36 (KHTML, like Gecko) "
+               "Chrome/142.0.0.0 Mobile Safari/537.36",
+    "desktop": "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like "
+               "Gecko) Chrome/142.0.0.0 Safari/537.36",
+    "bot": "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)",
+}
+CLIENT_UA = {id(IPHONE): UA["ios"], id(ANDROID): UA["android"], id(DESKTOP): UA["desktop"]}
+
+
+def platforms_body(p: Platforms) -> dict[str, object]:
+    body = p.to_json()
+    return {section: {k: v for k, v in fields.items() if v not in (None, [], ())}
+            for section, fields in body.items()}
+
+
+async def make_link(app: App, **fields: object) -> dict[str, object]:
+    async with app.client("sk_live") as c:
+        r = await c.post("/v1/links", json={"path": "/product/1", **fields})
+    assert r.status_code == 201, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+async def configure(app: App, *, landing: bool = False, tokens: bool = False,
+                    prob: bool = False, ip: bool = False,
+                    platforms: Platforms = FULL) -> None:
+    async with app.client("sk_live") as c:
+        r = await c.patch("/v1/deferred/settings", json={
+            "iosLandingPage": landing, "webFallbackTokens": tokens,
+            "probabilisticMatching": prob, "probabilisticIpMatching": ip})
+        assert r.status_code == 200
+        r = await c.patch("/v1/platforms", json=platforms_body(platforms))
+        assert r.status_code == 200, r.text
+
+
+FALLBACK_FIELDS = {"ios": ("iosFallbackUrl", "https://example.com/ios"),
+                   "android": ("androidFallbackUrl", "https://example.com/android"),
+                   "web": ("webFallbackUrl", "https://example.com/web?x=1")}
+
+
+@pytest.mark.parametrize(("client", "landing", "tokens", "fallbacks", "platforms", "expected"),
+                         [row[1:] for row in TABLE], ids=[row[0] for row in TABLE])
+async def test_decision_table_over_http(app: App, client: object, landing: bool, tokens: bool,
+                                        fallbacks: tuple[str, ...], platforms: Platforms,
+                                        expected: object) -> None:
+    await configure(app, landing=landing, tokens=tokens, platforms=platforms)
+    link = await make_link(app, **dict(FALLBACK_FIELDS[f] for f in fallbacks))
+    async with app.client(**{"user-agent": CLIENT_UA[id(client)]}) as c:
+        r = await c.get(f"/{link['slug']}")
+    attr = app.services.attribution
+    if isinstance(expected, Redirect):
+        assert r.status_code == 302
+        location = r.headers["location"]
+        assert r.headers["cache-control"] == "no-store"
+        if expected.token is TokenPlacement.NONE:
+            assert location == expected.url
+        else:
+            if expected.token is TokenPlacement.STORE_REFERRER:
+                referrer = parse_qs(urlsplit(location).query)["referrer"][0]
+                token = parse_qs(referrer)["svc_token"][0]
+            else:
+                token = parse_qs(urlsplit(location).query)["svc_token"][0]
+            stored = attr.get_token(token)
+            assert isinstance(stored, Token) and stored.link_id == link["id"]
+            assert not stored.used
+    elif expected is LandingPage:
+        assert r.status_code == 200
+        assert 'name="apple-itunes-app"' in r.text and "<script" not in r.text
+        assert "I already have the app, open it" in r.text
+    else:
+        assert expected is OgPage
+        assert r.status_code == 200 and 'property="og:title"' in r.text
+    await app.flush()
+    clicks = attr.recent_clicks(app.project_id, "live")
+    assert len(clicks) == 1 and clicks[0].link_id == link["id"]
+
+
+async def test_bots_and_head_are_never_counted(app: App) -> None:
+    await configure(app)
+    link = await make_link(app, ogTitle="Summer sale", ogDescription="Half off")
+    for ua in ("Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)",
+               "facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)",
+               "Twitterbot/1.0", "WhatsApp/2.23.20.0 A", ""):
+        async with app.client(**{"user-agent": ua}) as c:
+            r = await c.get(f"/{link['slug']}")
+        assert r.status_code == 200
+        assert '<meta property="og:title" content="Summer sale">' in r.text
+        assert 'name="twitter:card"' in r.text
+    async with app.client(**{"user-agent": UA["android"]}) as c:
+        r = await c.head(f"/{link['slug']}")
+    assert r.status_code == 302 and "svc_token" not in r.headers["location"]
+    await app.flush()
+    assert app.services.attribution.recent_clicks(app.project_id, "live") == []
+
+
+async def test_unknown_and_expired_and_deleted(app: App) -> None:
+    await configure(app)
+    async with app.client(**{"user-agent": UA["ios"]}) as c:
+        r = await c.get("/doesnotexist")
+        assert r.status_code == 404 and "<script" not in r.text
+        r = await c.get("/a/b")
+        assert r.status_code == 404
+        r = await c.post("/whatever")
+        assert r.status_code == 405
+    link = await make_link(app, expiresAt="2099-01-01T00:00:00Z")
+    gone = await make_link(app, expiresAt="2099-01-01T00:00:00Z",
+                           iosFallbackUrl="https://example.com/sorry")
+    await app.services.links.update(app.project_id, "live", link["id"],
+                                    lambda x: __import__("attrs").evolve(x, expires_at_ms=1),
+                                    None)
+    await app.services.links.update(app.project_id, "live", gone["id"],
+                                    lambda x: __import__("attrs").evolve(x, expires_at_ms=1),
+                                    None)
+    async with app.client(**{"user-agent": UA["ios"]}) as c:
+        assert (await c.get(f"/{link['slug']}")).status_code == 410
+        r = await c.get(f"/{gone['slug']}")
+        assert r.status_code == 302 and r.headers["location"] == "https://example.com/sorry"
+    deleted = await make_link(app)
+    async with app.client("sk_live") as c:
+        assert (await c.delete(f"/v1/links/{deleted['id']}")).status_code == 200
+    async with app.client(**{"user-agent": UA["ios"]}) as c:
+        assert (await c.get(f"/{deleted['slug']}")).status_code == 404
+
+
+async def test_iphone_tap_enters_the_window_only_when_matching_is_on(app: App) -> None:
+    await configure(app, prob=False)
+    link = await make_link(app)
+    async with app.client(**{"user-agent": UA["ios"], "cf-ipcountry": "DE"}) as c:
+        await c.get(f"/{link['slug']}")
+    await app.flush()
+    assert app.services.attribution.window(app.project_id, "live", 0) == []
+    await configure(app, prob=True)
+    async with app.client(**{"user-agent": UA["ios"]}) as c:
+        await c.get(f"/{link['slug']}")
+    await app.flush()
+    entries = app.services.attribution.window(app.project_id, "live", 0)
+    assert len(entries) == 1
+    assert entries[0].os_major == 26 and entries[0].net_hash is None
+
+
+async def test_custom_domain_routes_by_host(app: App) -> None:
+    await configure(app, platforms=NO_APPS)
+    async with app.client("sk_live") as c:
+        r = await c.post("/v1/domains", json={"domain": "go.example.com"})
+        assert r.status_code == 201 and r.json()["custom"] == ["go.example.com"]
+        taken = await c.post("/v1/domains", json={"domain": "go.example.com"})
+        assert taken.status_code == 400 and taken.json()["error"]["code"] == "invalid_domain"
+        bad = await c.post("/v1/domains", json={"domain": "http://x"})
+        assert bad.json()["error"]["code"] == "invalid_domain"
+    link = await make_link(app, domain="go.example.com", slug="spring",
+                           webFallbackUrl="https://example.com/spring")
+    assert link["url"] == "https://go.example.com/spring"
+    async with app.client(**{"user-agent": UA["desktop"], "host": "go.example.com"}) as c:
+        r = await c.get("/spring")
+    assert r.status_code == 302 and r.headers["location"] == "https://example.com/spring"
+    async with app.client(**{"user-agent": UA["desktop"]}) as c:  # default domain: not there
+        assert (await c.get("/spring")).status_code == 404

@@ -1,0 +1,213 @@
+"""Links, domains and platforms APIs.
+
+SDK (publishable key):
+    POST   /v1/sdk/links                 create a link (random slug, default domain)
+Server (secret key):
+    POST   /v1/links                     create (optional custom ``slug`` and ``domain``)
+    GET    /v1/links                     list: ?limit=1..100&cursor=&campaign=&channel=&tag=&q=
+    GET    /v1/links/{id}                one link
+    PATCH  /v1/links/{id}                update (slug and domain are fixed)
+    DELETE /v1/links/{id}                delete (the slug stays reserved)
+    GET    /v1/domains                   the default and custom domains
+    POST   /v1/domains                   add a custom domain {"domain": "go.example.com"}
+    DELETE /v1/domains/{domain}          remove a custom domain
+    GET    /v1/platforms                 iOS, Android and web settings
+    PATCH  /v1/platforms                 change them (drives the association files)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from svc_engine.errors import InvalidDomain, ValidationError
+from svc_engine.ids import is_uuid, new_id
+from svc_engine.links import (
+    Link,
+    apply_link_patch,
+    new_link,
+    new_slug,
+    normalize_domain,
+    parse_link_create,
+    parse_link_update,
+)
+from svc_engine.plans import QUOTAS
+from svc_engine.platforms import Platforms, apply_platforms_patch
+from web.auth import KeyContext
+from web.http import Request, Response, json_response
+from web.idem import IdemSlot, json_render
+
+if TYPE_CHECKING:
+    from web.api import Api
+
+MAX_PAGE = 100
+
+
+def register(api: Api) -> None:
+    services = api.services
+    base = services.config.base_url
+
+    def link_json(value: object) -> object:
+        assert isinstance(value, Link)
+        return value.to_json(public_url=base)
+
+    async def create(req: Request, ctx: KeyContext, *, custom: bool) -> Response:
+        body = await req.body(api.max_body)
+        data = await req.json(api.max_body)
+        now = services.clock.now_ms()
+        draft = parse_link_create(data, allow_custom_slug=custom, now_ms=now)
+        domain = services.default_domain
+        if draft.domain is not None and draft.domain != domain:
+            if services.links.domain_owner(draft.domain) != ctx.project.id:
+                raise InvalidDomain(f"{draft.domain} is not a domain of this project")
+            domain = draft.domain
+        slug = draft.slug or new_slug(services.random(8))
+        link = new_link(draft, link_id=new_id(services.random(16)), project_id=ctx.project.id,
+                        mode=ctx.mode, domain=domain, slug=slug, now_ms=now)
+        render = json_render(201)
+
+        async def run(slot: IdemSlot) -> Response:
+            created = await services.links.create(
+                link, org_id=ctx.org.id, quota=QUOTAS[ctx.org.plan].links,
+                idem=slot.write(lambda v: render(link_json(v))))
+            return json_response(201, link_json(created))
+
+        return await api.idem.run(req, ctx.scope, body, run)
+
+    async def sdk_create(req: Request) -> Response:
+        return await create(req, api.sdk_auth(req), custom=False)
+
+    async def server_create(req: Request) -> Response:
+        return await create(req, api.server_auth(req), custom=True)
+
+    async def list_links(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        q = req.query()
+        try:
+            limit = int(q.get("limit", "50"))
+        except ValueError:
+            raise ValidationError("limit must be a whole number", field="limit") from None
+        if not 1 <= limit <= MAX_PAGE:
+            raise ValidationError(f"limit must be 1 to {MAX_PAGE}", field="limit")
+        try:
+            page = services.links.list(ctx.project.id, ctx.mode.value, limit=limit,
+                                       cursor=q.get("cursor") or None,
+                                       campaign=q.get("campaign"), channel=q.get("channel"),
+                                       tag=q.get("tag"), query=q.get("q") or None)
+        except ValueError as e:
+            if isinstance(e, ValidationError):
+                raise
+            raise ValidationError("invalid cursor", field="cursor") from None
+        return json_response(200, {"data": [link_json(x) for x in page.links],
+                                   "nextCursor": page.next_cursor})
+
+    def link_id(req: Request) -> str:
+        lid = req.params["id"]
+        if not is_uuid(lid):
+            raise ValidationError("a link id is a UUID", field="id")
+        return lid.lower()
+
+    async def get_link(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        link = services.links.get(link_id(req))
+        if (link is None or link.deleted or link.project_id != ctx.project.id
+                or link.mode is not ctx.mode):
+            from svc_engine.errors import NotFound
+            raise NotFound("no such link")
+        return json_response(200, link_json(link))
+
+    async def patch_link(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        lid = link_id(req)
+        body = await req.body(api.max_body)
+        patch = parse_link_update(await req.json(api.max_body), now_ms=services.clock.now_ms())
+        render = json_render(200)
+
+        async def run(slot: IdemSlot) -> Response:
+            now = services.clock.now_ms()
+            updated = await services.links.update(
+                ctx.project.id, ctx.mode.value, lid,
+                lambda old: apply_link_patch(old, patch, now_ms=now),
+                slot.write(lambda v: render(link_json(v))))
+            return json_response(200, link_json(updated))
+
+        return await api.idem.run(req, ctx.scope, body, run)
+
+    async def delete_link(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        lid = link_id(req)
+        body = await req.body(api.max_body)
+        render = json_render(200)
+
+        def gone(v: object) -> object:
+            assert isinstance(v, Link)
+            return {"id": v.id, "deleted": True}
+
+        async def run(slot: IdemSlot) -> Response:
+            deleted = await services.links.delete(ctx.project.id, ctx.mode.value, lid,
+                                                  ctx.org.id, services.clock.now_ms(),
+                                                  slot.write(lambda v: render(gone(v))))
+            return json_response(200, gone(deleted))
+
+        return await api.idem.run(req, ctx.scope, body, run)
+
+    # -- domains -------------------------------------------------------------------
+
+    def domains_json(project_id: str) -> dict[str, object]:
+        return {"default": services.default_domain,
+                "custom": services.links.domains_of(project_id)}
+
+    async def list_domains(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        return json_response(200, domains_json(ctx.project.id))
+
+    async def add_domain(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        data = await req.json(api.max_body)
+        if not isinstance(data, dict) or set(data) != {"domain"}:
+            raise ValidationError('send {"domain": "go.example.com"}', field="domain")
+        domain = normalize_domain(data["domain"])
+        own = services.default_domain.rsplit(":", 1)[0]
+        await services.links.add_domain(ctx.project.id, domain, {own, services.default_domain})
+        return json_response(201, domains_json(ctx.project.id))
+
+    async def remove_domain(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        await services.links.remove_domain(ctx.project.id, normalize_domain(req.params["domain"]))
+        return json_response(200, domains_json(ctx.project.id))
+
+    # -- platforms -----------------------------------------------------------------
+
+    def platforms_json(value: object) -> object:
+        assert isinstance(value, Platforms)
+        return value.to_json()
+
+    async def get_platforms(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        return json_response(200, services.links.platforms(ctx.project.id).to_json())
+
+    async def patch_platforms(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        body = await req.body(api.max_body)
+        data = await req.json(api.max_body)
+        render = json_render(200)
+
+        async def run(slot: IdemSlot) -> Response:
+            new = apply_platforms_patch(services.links.platforms(ctx.project.id), data)
+            saved = await services.links.put_platforms(
+                ctx.project.id, new, slot.write(lambda v: render(platforms_json(v))))
+            return json_response(200, saved.to_json())
+
+        return await api.idem.run(req, ctx.scope, body, run)
+
+    r = api.router
+    r.add("POST", "/v1/sdk/links", sdk_create)
+    r.add("POST", "/v1/links", server_create)
+    r.add("GET", "/v1/links", list_links)
+    r.add("GET", "/v1/links/{id}", get_link)
+    r.add("PATCH", "/v1/links/{id}", patch_link)
+    r.add("DELETE", "/v1/links/{id}", delete_link)
+    r.add("GET", "/v1/domains", list_domains)
+    r.add("POST", "/v1/domains", add_domain)
+    r.add("DELETE", "/v1/domains/{domain}", remove_domain)
+    r.add("GET", "/v1/platforms", get_platforms)
+    r.add("PATCH", "/v1/platforms", patch_platforms)

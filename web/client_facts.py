@@ -1,0 +1,75 @@
+"""The privacy boundary: a request reduced to what may be kept.
+
+Everything the service stores about a tap or a launch passes through here:
+platform and OS major version (from the user agent, which is then dropped),
+country (from a trusted proxy header or a local MaxMind-format database),
+referrer host (never the path or query), and, only where probabilistic network
+matching needs it, a keyed HMAC of the client's network under the server
+secret. The client address itself is read in memory here and nowhere else; it
+is never written to storage or logs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from svc_engine.attribution import net_hash
+from svc_engine.clicks import ClickFacts, clean_country
+from svc_engine.config import Config
+from svc_engine.webhook_envelope import referrer_host_of
+from web.http import Request
+from web.useragent import classify
+
+log = logging.getLogger("svc.client")
+
+
+class ClientFacts:
+    def __init__(self, config: Config, server_secret: bytes) -> None:
+        self._country_header = config.country_header.lower() if config.country_header else None
+        self._ip_header = config.client_ip_header.lower() if config.client_ip_header else None
+        self._secret = server_secret
+        self._geo: Any = None
+        if config.geoip_db:
+            try:
+                import maxminddb
+
+                self._geo = maxminddb.open_database(config.geoip_db)
+            except (ImportError, OSError, ValueError) as e:
+                log.error("cannot open SVC_GEOIP_DB %s: %s", config.geoip_db, e)
+
+    def client_ip(self, req: Request) -> str | None:
+        if self._ip_header:
+            value = req.header(self._ip_header)
+            if value:
+                return value.split(",")[0].strip()
+        client = req.scope.get("client")
+        return str(client[0]) if client else None
+
+    def country(self, req: Request) -> str | None:
+        if self._country_header:
+            found = clean_country(req.header(self._country_header))
+            if found:
+                return found
+        if self._geo is not None:
+            ip = self.client_ip(req)
+            if ip:
+                try:
+                    rec = self._geo.get(ip)
+                except ValueError:
+                    return None
+                if isinstance(rec, dict):
+                    iso = (rec.get("country") or {}).get("iso_code")
+                    return clean_country(iso if isinstance(iso, str) else None)
+        return None
+
+    def network_hash(self, req: Request) -> bytes | None:
+        ip = self.client_ip(req)
+        return net_hash(self._secret, ip) if ip else None
+
+    def of(self, req: Request, *, want_net_hash: bool = False) -> ClickFacts:
+        client = classify(req.header("user-agent"))
+        return ClickFacts(
+            platform=client.platform.value, os_major=client.os_major, is_bot=client.is_bot,
+            country=self.country(req), referrer_host=referrer_host_of(req.header("referer")),
+            net_hash=self.network_hash(req) if want_net_hash else None)

@@ -1,0 +1,149 @@
+"""The edge redirector: ``GET /<slug>`` on a link domain.
+
+Hot path: one LMDB read for the link (plus settings and platforms), a cached
+user-agent classification, the pure ``decide``, and one op queued to the
+writer for the click. The answer waits for the commit only when a token was
+minted (a token handed out must exist when the app presents it); a plain click
+is acknowledged to nobody, so the redirect does not wait for its flush.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import jinja2
+
+from svc_engine.attribution import ClickWindowEntry, Token
+from svc_engine.clicks import Click
+from svc_engine.errors import MethodNotAllowed
+from svc_engine.ids import new_id
+from svc_engine.links import Link
+from svc_engine.redirect import (
+    Client,
+    Decision,
+    GonePage,
+    LandingPage,
+    NotFoundPage,
+    OgPage,
+    Platform,
+    PreviewPage,
+    Redirect,
+    app_store_url,
+    decide,
+    landing_open_url,
+    page_meta,
+    play_store_url,
+)
+from web.client_facts import ClientFacts
+from web.http import Request, Response, html_response
+from web.services import Services
+
+TEMPLATES = pathlib.Path(__file__).parent / "templates"
+_NO_STORE = (b"cache-control", b"no-store")
+_REFERRER = (b"referrer-policy", b"no-referrer")
+_CSP = (b"content-security-policy",
+        b"default-src 'none'; img-src https:; style-src 'unsafe-inline'; "
+        b"base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+class Redirector:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.facts = ClientFacts(services.config, services.server_secret)
+        self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+                                      autoescape=True, auto_reload=False)
+        self.default_domain = services.default_domain
+
+    def link_domain(self, host: str | None) -> str:
+        """The link domain a Host header names; unknown hosts fall back to the
+        default domain."""
+        if not host:
+            return self.default_domain
+        host = host.strip().lower()
+        if host == self.default_domain:
+            return host
+        bare = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if self.services.links.domain_owner(bare) is not None:
+            return bare
+        return self.default_domain
+
+    async def handle(self, req: Request) -> Response:
+        if req.method not in ("GET", "HEAD"):
+            raise MethodNotAllowed("short links answer GET and HEAD", allowed=("GET", "HEAD"))
+        slug = req.path[1:]
+        link = None
+        if slug and "/" not in slug:
+            link = self.services.links.by_slug(self.link_domain(req.header("host")), slug)
+        services = self.services
+        now = services.clock.now_ms()
+        if link is None:
+            return self._page(404, "notfound.html")
+        settings = services.store.get_settings(link.project_id)
+        platforms = services.links.platforms(link.project_id)
+        facts = self.facts.of(req, want_net_hash=settings.probabilistic_ip_matching)
+        client = Client(platform=Platform(facts.platform), os_major=facts.os_major,
+                        is_bot=facts.is_bot)
+        decision = decide(link, client, method="GET" if req.method == "GET" else "HEAD",
+                          settings=settings, platforms=platforms, now_ms=now)
+        token = None
+        if decision.needs_token:
+            token = Token.issue(services.random(24), link_id=link.id, mode=link.mode,
+                                now_ms=now)
+        if decision.record_click:
+            await self._record(link, decision, facts.platform, facts.os_major, facts.country,
+                               facts.referrer_host, facts.net_hash, token, now)
+        return self._render(link, decision, token)
+
+    async def _record(self, link: Link, decision: Decision, platform: str,
+                      os_major: int | None, country: str | None, referrer_host: str | None,
+                      net_hash: bytes | None, token: Token | None, now: int) -> None:
+        services = self.services
+        click = Click(id=new_id(services.random(16)), link_id=link.id,
+                      project_id=link.project_id, mode=link.mode, platform=platform,
+                      os_major=os_major, country=country, referrer_host=referrer_host,
+                      at_ms=now)
+        window = None
+        if decision.record_window_entry and os_major is not None:
+            window = ClickWindowEntry(click_id=click.id, link_id=link.id, mode=link.mode,
+                                      os_major=os_major, country=country, at_ms=now,
+                                      net_hash=net_hash)
+        op = services.attribution.click_op(click, link, window=window, token=token,
+                                           outbox=True)
+        pending = await services.store.submit(op)
+        services.outbox_wakeup.notify()
+        if token is not None:
+            await pending.wait()
+
+    def _render(self, link: Link, decision: Decision, token: Token | None) -> Response:
+        outcome = decision.outcome
+        if isinstance(outcome, Redirect):
+            location = outcome.location(token.token if token else None)
+            return Response(302, b"", [(b"location", location.encode("utf-8")), _NO_STORE,
+                                       _REFERRER])
+        if isinstance(outcome, NotFoundPage):
+            return self._page(404, "notfound.html")
+        if isinstance(outcome, GonePage):
+            return self._page(410, "gone.html")
+        project = self.services.store.get_project(link.project_id)
+        name = project.name if project else "the app"
+        short = link.url(public_url=self.services.config.base_url)
+        meta = page_meta(link, short_url=short, site_name=name)
+        if isinstance(outcome, LandingPage):
+            return self._page(200, "landing.html", app_name=name, meta=meta,
+                              app_store_id=outcome.app_store_id,
+                              app_store_url=outcome.app_store_url,
+                              open_url=landing_open_url(outcome.scheme, short),
+                              short_url=short)
+        assert isinstance(outcome, PreviewPage | OgPage)
+        platforms = self.services.links.platforms(link.project_id)
+        stores = {}
+        if isinstance(outcome, OgPage):
+            if platforms.ios.app_store_id:
+                stores["app_store_url"] = app_store_url(platforms.ios.app_store_id)
+            if platforms.android.package_name:
+                stores["play_store_url"] = play_store_url(platforms.android.package_name)
+        return self._page(200, "og.html", meta=meta, **stores)
+
+    def _page(self, status: int, template: str, **context: object) -> Response:
+        html = self.env.get_template(template).render(site_name="svc", **context)
+        return html_response(status, html, [_NO_STORE, _REFERRER, _CSP])

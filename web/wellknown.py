@@ -1,0 +1,48 @@
+"""``/.well-known`` association files, per link domain, built from the
+Platforms settings: ``apple-app-site-association`` (Apple's current applinks
+format) and ``assetlinks.json`` (Digital Asset Links). Served as
+``application/json`` straight from the requested host, never redirected. A
+custom domain serves its project's apps; the shared default domain serves every
+project's apps (its links belong to all projects)."""
+
+from __future__ import annotations
+
+from svc_engine.errors import NotFound
+from svc_engine.platforms import Platforms, apple_app_site_association, assetlinks
+from web.http import Request, Response, json_response
+from web.services import Services
+
+AASA = "/.well-known/apple-app-site-association"
+ASSETLINKS = "/.well-known/assetlinks.json"
+PATHS = (AASA, ASSETLINKS)
+
+
+class WellKnown:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    def _platforms(self, host: str | None) -> list[Platforms]:
+        s = self.services
+        bare = (host or "").strip().lower()
+        owner = s.links.domain_owner(bare.rsplit(":", 1)[0]) if bare else None
+        if owner is not None:
+            return [s.links.platforms(owner)]
+        projects = [p for org in s.store.all_orgs() for p in s.store.list_projects(org.id)]
+        return [s.links.platforms(p.id) for p in projects]
+
+    async def handle(self, req: Request) -> Response:
+        if req.method not in ("GET", "HEAD"):
+            raise NotFound("no such file")
+        every = self._platforms(req.header("host"))
+        if req.path == AASA:
+            details: list[object] = []
+            for p in every:
+                applinks = apple_app_site_association(p)["applinks"]
+                assert isinstance(applinks, dict)
+                details.extend(applinks["details"])
+            body: object = {"applinks": {"details": details}}
+        elif req.path == ASSETLINKS:
+            body = [stmt for p in every for stmt in assetlinks(p)]
+        else:
+            raise NotFound("no such file")
+        return json_response(200, body, [(b"cache-control", b"public, max-age=300")])
