@@ -22,11 +22,18 @@ from svc_engine.attribution import (
     LaunchFacts,
     Matched,
     Token,
+    TokenState,
     Unattributed,
     decide_first_launch,
+    token_state,
 )
 from svc_engine.clicks import Click
-from svc_engine.errors import InstallIdConflict, InstallNotRegistered
+from svc_engine.errors import (
+    InstallIdConflict,
+    InstallNotRegistered,
+    NotFound,
+    ValidationError,
+)
 from svc_engine.event_payloads import install_data, open_data
 from svc_engine.events import click_keys, install_keys, open_keys
 from svc_engine.handoffs import Handoff, pick_handoff
@@ -47,6 +54,13 @@ class LaunchResult:
     link: Link | None
     decision: Matched | Unattributed | None  # None: not a first launch
     created: bool
+
+
+@attrs.frozen
+class OpenResult:
+    link: Link
+    method: Method
+    is_deferred: bool
 
 
 @attrs.frozen
@@ -257,19 +271,30 @@ class AttributionStore:
     # -- opens (resolve) ----------------------------------------------------------------
 
     def open_op(self, *, project_id: str, mode: Mode, link: Link, install_id: str,
-                platform: str, method: Method, is_deferred: bool, now_ms: int, open_id: str,
-                idem: IdemWrite | None) -> Op[Link]:
-        """Record an open; a 'Continue in app' open upgrades an unattributed install."""
+                platform_hint: str | None, landing: bool, now_ms: int, open_id: str,
+                idem: IdemWrite | None) -> Op[OpenResult]:
+        """Record an open of ``link`` in the app. The method follows the platform
+        (``universal_link`` on iOS, ``app_link`` elsewhere) unless the open came
+        from the 'Continue in app' page (``landing_page``, deferred), which also
+        upgrades an unattributed install."""
 
-        def op(txn: lmdb.Transaction) -> Link:
+        def op(txn: lmdb.Transaction) -> OpenResult:
+            raw = txn.get(_install_key(project_id, mode.value, install_id),
+                          db=self._db[b"installs"])
+            platform = decode(Install, bytes(raw)).platform if raw else (platform_hint or "other")
+            if landing:
+                method = Method.LANDING_PAGE
+            else:
+                method = Method.UNIVERSAL_LINK if platform == "ios" else Method.APP_LINK
             self._record_open(txn, project_id, mode, link, install_id, platform, method,
-                              is_deferred, now_ms, open_id)
-            if method is Method.LANDING_PAGE:
+                              landing, now_ms, open_id)
+            if landing:
                 self._upgrade(txn, project_id, mode.value, install_id,
                               InstallAttribution(link.id, Confidence.DETERMINISTIC, method),
                               now_ms)
-            self.store.record_response(txn, idem, link)
-            return link
+            result = OpenResult(link, method, landing)
+            self.store.record_response(txn, idem, result)
+            return result
 
         return op
 
@@ -302,9 +327,24 @@ class AttributionStore:
 
     # -- handoffs ------------------------------------------------------------------------
 
-    async def create_handoff(self, project_id: str, handoff: Handoff,
-                             idem: IdemWrite | None) -> Handoff:
+    async def create_handoff(self, project_id: str, handoff: Handoff, idem: IdemWrite | None,
+                             *, svc_token: str | None = None) -> Handoff:
+        """Store a pending handoff. With ``svc_token`` (a web fallback redirect's
+        token) the token is consumed and names the link."""
+
         def op(txn: lmdb.Transaction) -> Handoff:
+            nonlocal handoff
+            if svc_token is not None:
+                raw = txn.get(svc_token.encode(), db=self._db[b"tokens"])
+                token = decode(Token, bytes(raw)) if raw is not None else None
+                if (token is None or token.mode is not handoff.mode
+                        or token_state(token, handoff.created_at_ms) is not TokenState.VALID):
+                    raise ValidationError("svcToken is unknown, already used or expired",
+                                          field="svcToken")
+                txn.put(svc_token.encode(), encode(token.consumed()), db=self._db[b"tokens"])
+                handoff = attrs.evolve(handoff, link_id=token.link_id)
+            if self._link(txn, handoff.link_id) is None:
+                raise NotFound("the handoff's link does not exist")
             key = _handoff_key(project_id, handoff)
             txn.put(key, encode(handoff), db=self._db[b"handoffs"])
             txn.put(layout.ms(handoff.expires_at_ms) + key, b"", db=self._db[b"handoffs_by_time"])
@@ -314,13 +354,14 @@ class AttributionStore:
         return await self.store.write(op)  # type: ignore[no-any-return]
 
     def claim_op(self, *, project_id: str, mode: Mode, user_hash: bytes, install_id: str,
-                 platform: str, now_ms: int, open_id: str,
+                 now_ms: int, open_id: str,
                  idem: IdemWrite | None) -> Op[ClaimResult]:
         db = self._db
 
         def op(txn: lmdb.Transaction) -> ClaimResult:
-            if txn.get(_install_key(project_id, mode.value, install_id),
-                       db=db[b"installs"]) is None:
+            installed = txn.get(_install_key(project_id, mode.value, install_id),
+                                db=db[b"installs"])
+            if installed is None:
                 raise InstallNotRegistered(
                     "the install has not reported a launch yet; call after initialize")
             prefix = layout.scope(project_id, mode.value) + user_hash
@@ -333,6 +374,7 @@ class AttributionStore:
                            db=db[b"handoffs_by_time"])
             link = self._link(txn, winner.link_id) if winner is not None else None
             if link is not None:
+                platform = decode(Install, bytes(installed)).platform
                 method = Method.AUTHENTICATED_HANDOFF
                 self._record_open(txn, project_id, mode, link, install_id, platform, method,
                                   True, now_ms, open_id)

@@ -367,6 +367,13 @@ class LmdbStore:
 
         await self.write(op)
 
+    async def replace_deadline(self, old: Deadline, new: Deadline) -> None:
+        def op(txn: lmdb.Transaction) -> None:
+            self.delete_deadline(txn, old)
+            self.put_deadline(txn, new)
+
+        await self.write(op)
+
     async def remove_deadline(self, deadline: Deadline) -> None:
         def op(txn: lmdb.Transaction) -> None:
             self.delete_deadline(txn, deadline)

@@ -64,7 +64,7 @@ class App:
 @pytest.fixture
 def config(data_dir: str) -> Config:
     return Config(data_dir=data_dir, public_url="http://svc.test", map_size=64 << 20,
-                  rate_limit_per_key=0)
+                  rate_limit_per_key=0, country_header="CF-IPCountry")
 
 
 @pytest.fixture

@@ -17,10 +17,11 @@ class Api:
         self.limiter = RateLimiter(services.config.rate_limit_per_key)
         self.idem = IdempotencyGuard(services)
         self.max_body = services.config.max_body_bytes
-        from web import api_links, api_settings  # route modules register themselves
+        from web import api_links, api_sdk, api_settings  # route modules register themselves
 
         api_settings.register(self)
         api_links.register(self)
+        api_sdk.register(self)
 
     def sdk_auth(self, req: Request) -> KeyContext:
         return authenticate(req, self.services, KeyKind.PUBLISHABLE, self.limiter)

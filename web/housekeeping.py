@@ -1,12 +1,22 @@
-"""Recurring housekeeping as deadlines: today the idempotency-record purge.
+"""Recurring housekeeping as persisted deadlines.
 
-Each sweep removes what has aged out and persists the next sweep's deadline, so
+| job              | every  | removes                                                  |
+|------------------|--------|----------------------------------------------------------|
+| idem_sweep       | 1 h    | idempotency records older than 24 h                      |
+| attribution_sweep| 10 min | click-window entries (and their network hashes) older    |
+|                  |        | than the longest window (6 h, so hashes never pass 7 h), |
+|                  |        | tokens and handoffs past their expiry                    |
+
+Expiry itself is exact without the sweeps: a token or handoff is judged
+against its ``expires_at_ms`` when used, and a window tap against the window.
+The sweeps bound what is kept. Each run persists the next run's deadline, so
 the schedule survives restarts like every other deadline.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
@@ -18,34 +28,46 @@ from web.services import Services
 
 log = logging.getLogger("svc.housekeeping")
 IDEM_SWEEP = "idem_sweep"
-SWEEP_EVERY_MS = 3600 * 1000
+ATTRIBUTION_SWEEP = "attribution_sweep"
 
 
 @attrs.define
 class Housekeeper:
     services: Services
     mailbox: Mailbox = attrs.field(factory=lambda: Mailbox("housekeeper", 64))
+    jobs: dict[str, tuple[int, Callable[[int], Awaitable[object]]]] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        store, attribution = self.services.store, self.services.attribution
+        self.jobs = {
+            IDEM_SWEEP: (3_600_000,
+                         lambda now: store.purge_responses(now - RETENTION_MS, 10_000)),
+            ATTRIBUTION_SWEEP: (600_000, attribution.sweep),
+        }
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self.services.timer.register(IDEM_SWEEP, self._on_deadline)
-        if not any(d.kind == IDEM_SWEEP for d in self.services.store.load_deadlines()):
-            await self._schedule(self.services.clock.now_ms() + SWEEP_EVERY_MS)
+        persisted = {d.kind for d in self.services.store.load_deadlines()}
+        for kind, (every, _) in self.jobs.items():
+            self.services.timer.register(kind, self._on_deadline)
+            if kind not in persisted:
+                await self._schedule(kind, self.services.clock.now_ms() + every)
         task_status.started()
         await self.mailbox.serve()
 
     def _on_deadline(self, d: Deadline) -> None:
-        self.mailbox.call_nowait(lambda: self._sweep(d))
+        self.mailbox.call_nowait(lambda: self._run_job(d))
 
-    async def _sweep(self, d: Deadline) -> None:
-        store = self.services.store
+    async def _run_job(self, d: Deadline) -> None:
+        every, job = self.jobs[d.kind]
         now = self.services.clock.now_ms()
-        purged = await store.purge_responses(now - RETENTION_MS, 10_000)
-        if purged:
-            log.info("purged %d idempotency records", purged)
-        await store.remove_deadline(d)
-        await self._schedule(now + SWEEP_EVERY_MS)
+        done = await job(now)
+        if done:
+            log.debug("%s: %s", d.kind, done)
+        following = Deadline(due_ms=now + every, kind=d.kind, ref=d.ref)
+        await self.services.store.replace_deadline(d, following)
+        self.services.timer.schedule_nowait(following)
 
-    async def _schedule(self, due_ms: int) -> None:
-        d = Deadline(due_ms=due_ms, kind=IDEM_SWEEP, ref="all")
+    async def _schedule(self, kind: str, due_ms: int) -> None:
+        d = Deadline(due_ms=due_ms, kind=kind, ref="all")
         await self.services.store.add_deadlines([d])
         self.services.timer.schedule_nowait(d)

@@ -52,20 +52,6 @@ class Redirector:
         self.facts = ClientFacts(services.config, services.server_secret)
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                                       autoescape=True, auto_reload=False)
-        self.default_domain = services.default_domain
-
-    def link_domain(self, host: str | None) -> str:
-        """The link domain a Host header names; unknown hosts fall back to the
-        default domain."""
-        if not host:
-            return self.default_domain
-        host = host.strip().lower()
-        if host == self.default_domain:
-            return host
-        bare = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        if self.services.links.domain_owner(bare) is not None:
-            return bare
-        return self.default_domain
 
     async def handle(self, req: Request) -> Response:
         if req.method not in ("GET", "HEAD"):
@@ -73,7 +59,7 @@ class Redirector:
         slug = req.path[1:]
         link = None
         if slug and "/" not in slug:
-            link = self.services.links.by_slug(self.link_domain(req.header("host")), slug)
+            link = self.services.links.by_slug(self.services.link_domain(req.header("host")), slug)
         services = self.services
         now = services.clock.now_ms()
         if link is None:

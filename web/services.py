@@ -44,3 +44,17 @@ class Services:
     @property
     def default_domain(self) -> str:
         return default_domain(self.config.base_url)
+
+    def link_domain(self, host: str | None) -> str:
+        """The link domain a Host header (or URL netloc) names; an unknown host
+        falls back to the default domain."""
+        default = self.default_domain
+        if not host:
+            return default
+        host = host.strip().lower()
+        if host == default:
+            return host
+        bare = host if host.endswith("]") else host.rsplit(":", 1)[0]
+        if self.links.domain_owner(bare) is not None:
+            return bare
+        return default

@@ -1,0 +1,380 @@
+"""Deferred deep linking through the ASGI front: every flow, the lifecycle
+rules, single use under concurrency, and exact expiry under autojump_clock."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from tests.conftest import App
+from tests.deferred_helpers import (
+    ANDROID_UA,
+    IOS_17_UA,
+    IOS_UA,
+    PLATFORMS,
+    SDK,
+    init_body,
+    new_install,
+    referrer_from_location,
+)
+
+MIN = 60
+
+
+async def setup(app: App, **settings: object) -> None:
+    async with app.client("sk_test") as c:
+        assert (await c.patch("/v1/platforms", json=PLATFORMS)).status_code == 200
+        if settings:
+            r = await c.patch("/v1/deferred/settings", json=settings)
+            assert r.status_code == 200, r.text
+
+
+async def link(app: App, path: str = "/product/1", **fields: object) -> dict[str, object]:
+    async with app.client("sk_test") as c:
+        r = await c.post("/v1/links", json={"path": path, **fields})
+    assert r.status_code == 201
+    return r.json()  # type: ignore[no-any-return]
+
+
+async def tap(app: App, slug: object, ua: str, **headers: str) -> str:
+    async with app.client(**{"user-agent": ua, **headers}) as c:
+        r = await c.get(f"/{slug}")
+    return r.headers.get("location", "") if r.status_code == 302 else r.text
+
+
+async def init(app: App, body: dict[str, object], **headers: str) -> tuple[int, object]:
+    async with app.client("pk_test", **SDK, **headers) as c:
+        r = await c.post("/v1/sdk/init", json=body)
+    return r.status_code, r.json()
+
+
+async def test_android_install_referrer_flow(app: App) -> None:
+    await setup(app)
+    ln = await link(app, params={"ref": "a"}, campaign="spring")
+    location = await tap(app, ln["slug"], ANDROID_UA)
+    assert location.startswith("https://play.google.com/store/apps/details?id=com.example.shop")
+    referrer = referrer_from_location(location)
+    status, body = await init(app, init_body(new_install(), "android", referrer=referrer))
+    assert status == 200
+    assert body == {"link": {"linkId": ln["id"], "url": ln["url"], "path": "/product/1",
+                             "params": {"ref": "a"}, "campaign": "spring", "channel": None,
+                             "isDeferred": True, "confidence": "deterministic",
+                             "method": "install_referrer"}}
+    # the token works once
+    status, again = await init(app, init_body(new_install(), "android", referrer=referrer))
+    assert status == 200 and again == {"link": None}
+
+
+async def test_unattributed_install_is_not_an_error(app: App) -> None:
+    await setup(app)
+    iid = new_install()
+    assert await init(app, init_body(iid, "android")) == (200, {"link": None})
+    install = app.services.attribution.get_install(app.project_id, "test", iid)
+    assert install is not None and install.attribution is None
+    # a later launch of the same install is fine and delivers nothing
+    assert await init(app, init_body(iid, "android", first=False)) == (200, {"link": None})
+
+
+async def test_first_launch_replay_and_conflict(app: App) -> None:
+    await setup(app)
+    ln = await link(app)
+    referrer = referrer_from_location(await tap(app, ln["slug"], ANDROID_UA))
+    iid = new_install()
+    body = init_body(iid, "android", referrer=referrer)
+    first = await init(app, body, **{"idempotency-key": "launch-1"})
+    replay = await init(app, body, **{"idempotency-key": "launch-1"})
+    assert first == replay and first[1]["link"]["linkId"] == ln["id"]  # type: ignore[index]
+    conflict = await init(app, body, **{"idempotency-key": "launch-2"})
+    assert conflict[0] == 409
+    assert conflict[1]["error"]["code"] == "install_id_conflict"  # type: ignore[index]
+
+
+async def test_landing_page_open_button_then_resolve_upgrades(app: App) -> None:
+    await setup(app, iosLandingPage=True)
+    ln = await link(app)
+    page = await tap(app, ln["slug"], IOS_UA)
+    assert "exampleshop://open?svc_link=" in page
+    iid = new_install()
+    assert await init(app, init_body(iid, "ios")) == (200, {"link": None})
+    open_url = "exampleshop://open?svc_link=" + str(ln["url"]).replace(":", "%3A").replace(
+        "/", "%2F")
+    async with app.client("pk_test", **SDK) as c:
+        r = await c.post("/v1/sdk/resolve", json={"url": open_url, "installId": iid})
+    assert r.status_code == 200
+    got = r.json()["link"]
+    assert got["linkId"] == ln["id"] and got["isDeferred"] is True
+    assert got["method"] == "landing_page" and got["confidence"] == "deterministic"
+    install = app.services.attribution.get_install(app.project_id, "test", iid)
+    assert install is not None and install.attribution is not None
+    assert install.attribution.method.value == "landing_page"
+
+
+async def test_resolve_universal_and_app_links_and_unknown(app: App) -> None:
+    await setup(app)
+    ln = await link(app)
+    ios, android = new_install(), new_install()
+    await init(app, init_body(ios, "ios"))
+    await init(app, init_body(android, "android"))
+    async with app.client("pk_test", **SDK) as c:
+        a = (await c.post("/v1/sdk/resolve", json={"url": ln["url"], "installId": ios})).json()
+        b = (await c.post("/v1/sdk/resolve", json={"url": ln["url"], "installId": android})
+             ).json()
+        unknown = await c.post("/v1/sdk/resolve", json={"url": "http://svc.test/nope",
+                                                        "installId": ios})
+        scheme = await c.post("/v1/sdk/resolve", json={"url": "exampleshop://product/1",
+                                                       "installId": ios})
+    assert a["link"]["method"] == "universal_link" and a["link"]["isDeferred"] is False
+    assert b["link"]["method"] == "app_link"
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
+    assert scheme.status_code == 404
+    await app.flush()
+    rows = app.services.store.scan(b"opens", b"")
+    assert len(rows) == 2  # every resolve records an open
+
+
+async def test_handoff_created_by_server_claimed_by_app(app: App) -> None:
+    await setup(app)
+    old, new = await link(app, "/old"), await link(app, "/new")
+    user = "5f0c6f8e-6d8a-4a55-9c43-0e6c3b1f9a01"
+    async with app.client("sk_test") as c:
+        r1 = await c.post("/v1/handoffs", json={"linkId": old["id"], "userId": user})
+        await app.flush()
+        r2 = await c.post("/v1/handoffs", json={"url": new["url"], "userId": f"  {user} "})
+    assert r1.status_code == r2.status_code == 201
+    iid = new_install()
+    async with app.client("pk_test", **SDK) as c:
+        early = await c.post("/v1/sdk/handoffs/claim", json={"userId": user, "installId": iid})
+        assert early.status_code == 409
+        assert early.json()["error"]["code"] == "install_not_registered"
+        await c.post("/v1/sdk/init", json=init_body(iid, "ios"))
+        got = await c.post("/v1/sdk/handoffs/claim", json={"userId": user, "installId": iid})
+        again = await c.post("/v1/sdk/handoffs/claim", json={"userId": user, "installId": iid})
+    body = got.json()["link"]
+    assert body["linkId"] == new["id"] and body["method"] == "authenticated_handoff"
+    assert body["isDeferred"] is True and body["confidence"] == "deterministic"
+    assert again.json() == {"link": None}  # both were cleared
+    # the user id is stored only as a salted hash
+    for _, v in app.services.store.scan(b"handoffs", b""):
+        assert user.encode() not in v
+
+
+async def test_handoff_validation(app: App) -> None:
+    await setup(app)
+    ln = await link(app)
+    async with app.client("sk_test") as c:
+        for body in ({"linkId": ln["id"]}, {"userId": "u"},
+                     {"linkId": ln["id"], "url": ln["url"], "userId": "u"},
+                     {"linkId": ln["id"], "userId": "u", "expiresInSeconds": 0},
+                     {"linkId": ln["id"], "userId": "u", "expiresInSeconds": 8 * 86400},
+                     {"linkId": ln["id"], "userId": "x" * 257},
+                     {"linkId": ln["id"], "userId": "u", "expiresIn": 5}):
+            r = await c.post("/v1/handoffs", json=body)
+            assert r.status_code == 400, body
+        missing = await c.post("/v1/handoffs", json={
+            "linkId": "5f0c6f8e-6d8a-4a55-9c43-0e6c3b1f9a01", "userId": "u"})
+        assert missing.status_code == 404
+    async with app.client("pk_test") as c:
+        assert (await c.post("/v1/handoffs", json={"linkId": ln["id"], "userId": "u"})
+                ).status_code == 403
+    async with app.client("pk_test", **SDK) as c:
+        for user in ("", "   ", "x" * 257):
+            r = await c.post("/v1/sdk/handoffs/claim",
+                             json={"userId": user, "installId": new_install()})
+            assert r.status_code == 400
+
+
+async def test_web_fallback_token_becomes_a_handoff(app: App) -> None:
+    await setup(app, webFallbackTokens=True)
+    ln = await link(app, webFallbackUrl="https://shop.example/landing")
+    location = await tap(app, ln["slug"], "Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0")
+    assert location.startswith("https://shop.example/landing?svc_token=")
+    token = location.split("svc_token=")[1]
+    async with app.client("sk_test") as c:
+        r = await c.post("/v1/handoffs", json={"svcToken": token, "userId": "user-1"})
+        again = await c.post("/v1/handoffs", json={"svcToken": token, "userId": "user-2"})
+    assert r.status_code == 201 and r.json()["linkId"] == ln["id"]
+    assert again.status_code == 400  # single use
+
+
+async def test_probabilistic_cohort_match_and_conflict(app: App) -> None:
+    await setup(app, probabilisticMatching=True)
+    a, b = await link(app, "/a"), await link(app, "/b")
+    de, fr = {"cf-ipcountry": "DE"}, {"cf-ipcountry": "FR"}
+    await tap(app, a["slug"], IOS_UA, **de)
+    await app.flush()
+    status, body = await init(app, init_body(new_install(), "ios", os_version="26.1"), **de)
+    assert body["link"]["linkId"] == a["id"]  # type: ignore[index]
+    assert body["link"]["confidence"] == "probabilistic"  # type: ignore[index]
+    assert body["link"]["method"] == "probabilistic_match"  # type: ignore[index]
+    assert body["link"]["isDeferred"] is True  # type: ignore[index]
+    # two taps of one cohort on different links: nothing is returned
+    await tap(app, a["slug"], IOS_UA, **fr)
+    await tap(app, b["slug"], IOS_UA, **fr)
+    await app.flush()
+    status, body = await init(app, init_body(new_install(), "ios", os_version="26.0"), **fr)
+    assert status == 200 and body == {"link": None}
+    # another iOS version is another cohort; another country too
+    await tap(app, b["slug"], IOS_17_UA, **de)
+    await app.flush()
+    _, body = await init(app, init_body(new_install(), "ios", os_version="17.7"), **fr)
+    assert body == {"link": None}
+    _, body = await init(app, init_body(new_install(), "ios", os_version="17.7"), **de)
+    assert body["link"]["linkId"] == b["id"]  # type: ignore[index]
+
+
+async def test_android_never_matches_probabilistically(app: App) -> None:
+    await setup(app, probabilisticMatching=True)
+    a = await link(app)
+    await tap(app, a["slug"], IOS_UA)
+    await app.flush()
+    assert (await init(app, init_body(new_install(), "android", os_version="26")))[1] == {
+        "link": None}
+
+
+async def test_one_token_100_concurrent_inits_exactly_one_wins(app: App) -> None:
+    await setup(app)
+    ln = await link(app)
+    referrer = referrer_from_location(await tap(app, ln["slug"], ANDROID_UA))
+    results: list[object] = []
+
+    async def one() -> None:
+        results.append((await init(app, init_body(new_install(), "android",
+                                                 referrer=referrer)))[1])
+
+    async with trio.open_nursery() as n:
+        for _ in range(100):
+            n.start_soon(one)
+    wins = [r for r in results if r != {"link": None}]
+    assert len(results) == 100 and len(wins) == 1
+
+
+async def test_concurrent_claims_deliver_once(app: App) -> None:
+    await setup(app)
+    ln = await link(app)
+    async with app.client("sk_test") as c:
+        await c.post("/v1/handoffs", json={"linkId": ln["id"], "userId": "u-1"})
+    installs = [new_install() for _ in range(20)]
+    for iid in installs:
+        await init(app, init_body(iid, "ios"))
+    got: list[object] = []
+
+    async def claim(iid: str) -> None:
+        async with app.client("pk_test", **SDK) as c:
+            got.append((await c.post("/v1/sdk/handoffs/claim",
+                                     json={"userId": "u-1", "installId": iid})).json())
+
+    async with trio.open_nursery() as n:
+        for iid in installs:
+            n.start_soon(claim, iid)
+    assert sum(1 for g in got if g != {"link": None}) == 1
+
+
+# -- time: exact expiry under autojump_clock --------------------------------------------
+
+async def test_token_expires_after_exactly_7_days(app: App,
+                                                  autojump_clock: trio.testing.MockClock) -> None:
+    await setup(app)
+    ln = await link(app)
+    r1 = referrer_from_location(await tap(app, ln["slug"], ANDROID_UA))
+    r2 = referrer_from_location(await tap(app, ln["slug"], ANDROID_UA))
+    await trio.sleep(7 * 86400 - 0.001)
+    ok = await init(app, init_body(new_install(), "android", referrer=r1))
+    assert ok[1]["link"]["method"] == "install_referrer"  # type: ignore[index]
+    await trio.sleep(0.001)
+    late = await init(app, init_body(new_install(), "android", referrer=r2))
+    assert late == (200, {"link": None})
+    await trio.sleep(700)  # the sweep removes expired tokens
+    assert app.services.attribution.get_token(r2.split("=")[1]) is None
+
+
+async def test_handoff_default_and_shorter_expiry(app: App,
+                                                  autojump_clock: trio.testing.MockClock) -> None:
+    await setup(app)
+    ln = await link(app)
+    iid = new_install()
+    await init(app, init_body(iid, "ios"))
+    async with app.client("sk_test") as c:
+        await c.post("/v1/handoffs", json={"linkId": ln["id"], "userId": "week"})
+        await c.post("/v1/handoffs", json={"linkId": ln["id"], "userId": "hour",
+                                           "expiresInSeconds": 3600})
+    async with app.client("pk_test", **SDK) as c:
+        await trio.sleep(3600 - 0.001)
+        assert (await c.post("/v1/sdk/handoffs/claim", json={"userId": "hour", "installId": iid})
+                ).json()["link"] is not None
+    async with app.client("sk_test") as c:
+        await c.post("/v1/handoffs", json={"linkId": ln["id"], "userId": "hour2",
+                                           "expiresInSeconds": 3600})
+    await trio.sleep(3600)
+    async with app.client("pk_test", **SDK) as c:
+        assert (await c.post("/v1/sdk/handoffs/claim",
+                             json={"userId": "hour2", "installId": iid})).json() == {"link": None}
+        await trio.sleep(7 * 86400 - 2 * 3600 - 0.002)
+        assert (await c.post("/v1/sdk/handoffs/claim", json={"userId": "week", "installId": iid})
+                ).json()["link"] is not None
+
+
+async def test_handoff_7_day_edge(app: App, autojump_clock: trio.testing.MockClock) -> None:
+    await setup(app)
+    ln = await link(app)
+    iid = new_install()
+    await init(app, init_body(iid, "ios"))
+    async with app.client("sk_test") as c:
+        await c.post("/v1/handoffs", json={"linkId": ln["id"], "userId": "late"})
+    await trio.sleep(7 * 86400)
+    async with app.client("pk_test", **SDK) as c:
+        assert (await c.post("/v1/sdk/handoffs/claim", json={"userId": "late", "installId": iid})
+                ).json() == {"link": None}
+
+
+async def _window_edge(app: App, minutes: int) -> None:
+    await setup(app, probabilisticMatching=True, probabilisticWindowMinutes=minutes)
+    inside, outside = await link(app, "/in"), await link(app, "/out")
+    de = {"cf-ipcountry": "DE"}
+    await tap(app, outside["slug"], IOS_UA, **de)
+    await trio.sleep(0.001)
+    await tap(app, inside["slug"], IOS_UA, **de)
+    await trio.sleep(minutes * MIN)
+    # now: the "outside" tap is window + 1 ms old, the "inside" tap exactly window old
+    _, body = await init(app, init_body(new_install(), "ios"), **de)
+    assert body["link"]["linkId"] == inside["id"]  # type: ignore[index]
+    await tap(app, inside["slug"], IOS_UA, **de)
+    await trio.sleep(minutes * MIN + 0.001)
+    _, body = await init(app, init_body(new_install(), "ios"), **de)
+    assert body == {"link": None}
+
+
+async def test_window_edge_15(app: App, autojump_clock: trio.testing.MockClock) -> None:
+    await _window_edge(app, 15)
+
+
+async def test_window_edge_120(app: App, autojump_clock: trio.testing.MockClock) -> None:
+    await _window_edge(app, 120)
+
+
+async def test_window_edge_360(app: App, autojump_clock: trio.testing.MockClock) -> None:
+    await _window_edge(app, 360)
+
+
+async def test_network_hash_match_and_deletion(app: App,
+                                               autojump_clock: trio.testing.MockClock) -> None:
+    await setup(app, probabilisticMatching=True, probabilisticIpMatching=True,
+                probabilisticWindowMinutes=360)
+    a, b = await link(app, "/a"), await link(app, "/b")
+    # two taps in one cohort on different links, but the launch's network saw only "a"
+    await tap(app, a["slug"], IOS_UA)  # from the ASGI client's address
+    await app.flush()
+    entries = app.services.attribution.window(app.project_id, "test", 0)
+    assert entries and entries[0].net_hash is not None
+    _, body = await init(app, init_body(new_install(), "ios"))
+    assert body["link"]["linkId"] == a["id"]  # type: ignore[index]
+    await app.flush()
+    # matched: the tap and its hash are gone
+    assert all(e.net_hash is None for e in app.services.attribution.window(
+        app.project_id, "test", 0))
+    await tap(app, b["slug"], IOS_UA)
+    await app.flush()
+    assert app.services.attribution.window(app.project_id, "test", 0)[0].net_hash is not None
+    await trio.sleep(6 * 3600 + 700)  # unmatched: gone by the sweep, within 7 h
+    assert app.services.attribution.window(app.project_id, "test", 0) == []
+    raw = b"".join(v for _, v in app.services.store.scan(b"click_window", b""))
+    assert raw == b""

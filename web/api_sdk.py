@@ -1,0 +1,202 @@
+"""The deferred deep linking APIs.
+
+SDK (publishable key, ``X-Svc-Sdk: flutter/<version>``):
+    POST /v1/sdk/init             launch report; a first launch runs the flows
+    POST /v1/sdk/resolve          a link that opened the app (or the landing page's button)
+    POST /v1/sdk/handoffs/claim   the newest pending handoff of a signed-in user
+Server (secret key):
+    POST /v1/handoffs             bind a link to a user ID (stored as a salted hash)
+
+Every answer carries ``{"link": <resolved link> | null}`` (handoffs: the
+created handoff). The attribution ops run in the project's order through its
+ProjectActor and decide inside the write transaction (storage/attribution_store.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import urlsplit
+
+from storage.attribution_store import ClaimResult, LaunchResult, OpenResult
+from storage.writer import Op
+from svc_engine.attribution import LaunchFacts
+from svc_engine.errors import NotFound
+from svc_engine.handoffs import Handoff, handoff_expiry, user_hash
+from svc_engine.ids import new_id
+from svc_engine.installs import Confidence, Install, Method
+from svc_engine.links import Link, iso_utc, resolved_link_json
+from svc_engine.sdk_requests import (
+    parse_claim,
+    parse_handoff_create,
+    parse_init,
+    parse_resolve,
+)
+from svc_engine.settings import DeferredSettings
+from web.auth import KeyContext
+from web.client_facts import ClientFacts
+from web.http import Request, Response, json_response
+from web.idem import IdemSlot, json_render
+
+if TYPE_CHECKING:
+    from web.api import Api
+
+T = TypeVar("T")
+
+
+def register(api: Api) -> None:
+    services = api.services
+    base = services.config.base_url
+    facts = ClientFacts(services.config, services.server_secret)
+    ok = json_render(200)
+
+    def resolved(link: Link | None, *, deferred: bool, confidence: str,
+                 method: str | None) -> object:
+        if link is None:
+            return {"link": None}
+        return {"link": resolved_link_json(link, public_url=base, is_deferred=deferred,
+                                           confidence=confidence, method=method)}
+
+    def launch_json(value: object) -> object:
+        assert isinstance(value, LaunchResult)
+        a = value.install.attribution
+        if value.link is None or value.decision is None or a is None:
+            return {"link": None}
+        return resolved(value.link, deferred=True, confidence=a.confidence.value,
+                        method=a.method.value)
+
+    def open_json(value: object) -> object:
+        assert isinstance(value, OpenResult)
+        return resolved(value.link, deferred=value.is_deferred,
+                        confidence=Confidence.DETERMINISTIC.value, method=value.method.value)
+
+    def claim_json(value: object) -> object:
+        assert isinstance(value, ClaimResult)
+        return resolved(value.link, deferred=True, confidence=Confidence.DETERMINISTIC.value,
+                        method=Method.AUTHENTICATED_HANDOFF.value)
+
+    async def submit_and_wait(ctx: KeyContext,
+                              build: Callable[[DeferredSettings], Op[T]]) -> T:
+        actor = await services.registry.get(ctx.project.id)
+        pending = await actor.submit(build)
+        result = await pending.wait()
+        services.outbox_wakeup.notify()
+        return result
+
+    async def init(req: Request) -> Response:
+        ctx = api.sdk_auth(req)
+        body = await req.body(api.max_body)
+        report = parse_init(await req.json(api.max_body))
+        now = services.clock.now_ms()
+        launch = LaunchFacts.from_init(report, mode=ctx.mode, country=facts.country(req))
+        net = facts.network_hash(req) if report.platform == "ios" else None
+        install = Install(install_id=report.install_id, project_id=ctx.project.id,
+                          mode=ctx.mode, platform=report.platform, created_at_ms=now,
+                          first_idem_key=req.header("idempotency-key"))
+        event_id = new_id(services.random(16))
+
+        async def run(slot: IdemSlot) -> Response:
+            idem = slot.write(lambda v: ok(launch_json(v)))
+            result = await submit_and_wait(ctx, lambda settings: services.attribution
+                                           .first_launch_op(
+                project_id=ctx.project.id, mode=ctx.mode, install=install,
+                is_first_launch=report.is_first_launch, launch=launch, settings=settings,
+                net_hash=net, now_ms=now, event_id=event_id, idem=idem))
+            return json_response(200, launch_json(result))
+
+        return await api.idem.run(req, ctx.scope, body, run)
+
+    def find_link(url: str, ctx: KeyContext) -> Link:
+        parts = urlsplit(url)
+        domain = services.link_domain(parts.netloc)
+        slug = parts.path[1:]
+        link = services.links.by_slug(domain, slug) if slug and "/" not in slug else None
+        if (link is None or link.deleted or link.project_id != ctx.project.id
+                or link.mode is not ctx.mode):
+            raise NotFound("no link for this URL")
+        if link.is_expired(services.clock.now_ms()):
+            raise NotFound("the link has expired")
+        return link
+
+    async def resolve(req: Request) -> Response:
+        ctx = api.sdk_auth(req)
+        body = await req.body(api.max_body)
+        data = await req.json(api.max_body)
+        opened = parse_resolve(data)
+        short = opened.short_url
+        if short is None:
+            raise NotFound("the URL is neither a short link nor carries svc_link")
+        link = find_link(short, ctx)
+        landing = short != opened.url  # a custom-scheme URL carrying svc_link
+        hint = data.get("platform") if isinstance(data.get("platform"), str) else None
+        now = services.clock.now_ms()
+        open_id = new_id(services.random(16))
+
+        async def run(slot: IdemSlot) -> Response:
+            idem = slot.write(lambda v: ok(open_json(v)))
+            result = await submit_and_wait(ctx, lambda settings: services.attribution.open_op(
+                project_id=ctx.project.id, mode=ctx.mode, link=link,
+                install_id=opened.install_id, platform_hint=hint, landing=landing,
+                now_ms=now, open_id=open_id, idem=idem))
+            return json_response(200, open_json(result))
+
+        return await api.idem.run(req, ctx.scope, body, run)
+
+    async def claim(req: Request) -> Response:
+        ctx = api.sdk_auth(req)
+        body = await req.body(api.max_body)
+        request = parse_claim(await req.json(api.max_body))
+        hashed = user_hash(ctx.project.salt, request.user_id)
+        now = services.clock.now_ms()
+        open_id = new_id(services.random(16))
+
+        async def run(slot: IdemSlot) -> Response:
+            idem = slot.write(lambda v: ok(claim_json(v)))
+            result = await submit_and_wait(ctx, lambda settings: services.attribution.claim_op(
+                project_id=ctx.project.id, mode=ctx.mode, user_hash=hashed,
+                install_id=request.install_id, now_ms=now, open_id=open_id, idem=idem))
+            return json_response(200, claim_json(result))
+
+        return await api.idem.run(req, ctx.scope, body, run)
+
+    def handoff_json(value: object) -> object:
+        assert isinstance(value, Handoff)
+        return {"id": value.id, "linkId": value.link_id, "expiresAt": iso_utc(value.expires_at_ms),
+                "createdAt": iso_utc(value.created_at_ms)}
+
+    async def create_handoff(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        body = await req.body(api.max_body)
+        settings = services.store.get_settings(ctx.project.id)
+        request = parse_handoff_create(await req.json(api.max_body),
+                                       web_fallback_tokens=settings.web_fallback_tokens)
+        now = services.clock.now_ms()
+        if request.link_id is not None:
+            link = services.links.get(request.link_id)
+            if (link is None or link.deleted or link.project_id != ctx.project.id
+                    or link.mode is not ctx.mode):
+                raise NotFound("no such link in this project and mode")
+            link_id = link.id
+        elif request.url is not None:
+            link_id = find_link(request.url, ctx).id
+        else:
+            link_id = "00000000-0000-4000-8000-000000000000"  # named by the token in the op
+        handoff = Handoff(id=new_id(services.random(16)), link_id=link_id,
+                          user_hash=user_hash(ctx.project.salt, request.user_id),
+                          mode=ctx.mode, created_at_ms=now,
+                          expires_at_ms=handoff_expiry(now, request.expires_in_seconds))
+        created = json_render(201)
+
+        async def run(slot: IdemSlot) -> Response:
+            saved = await services.attribution.create_handoff(
+                ctx.project.id, handoff, slot.write(lambda v: created(handoff_json(v))),
+                svc_token=request.svc_token)
+            return json_response(201, handoff_json(saved))
+
+        return await api.idem.run(req, ctx.scope, body, run)
+
+    r = api.router
+    r.add("POST", "/v1/sdk/init", init)
+    r.add("POST", "/v1/sdk/resolve", resolve)
+    r.add("POST", "/v1/sdk/handoffs/claim", claim)
+    r.add("POST", "/v1/handoffs", create_handoff)
