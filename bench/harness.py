@@ -127,7 +127,9 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning) -> Target
     try:
         wait_ready(server, target.ready_path)
         if target.prepare is not None:
-            target.prepare(server.base_url, workdir)
+            extra = target.prepare(server.base_url, workdir)
+            if extra:
+                target = attrs.evolve(target, headers=(*target.headers, *extra.items()))
         _check_status(target, server, values)
         script = workdir / "wrk.lua"
         script.write_text(_lua_for(target, values))

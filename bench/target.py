@@ -31,7 +31,9 @@ from typing import Literal
 import attrs
 
 Group = Literal["baseline", "service"]
-Prepare = Callable[[str, Path], None]
+Prepare = Callable[[str, Path], Mapping[str, str] | None]
+"""Runs before the load; may return extra request headers (e.g. an API key it
+created), which join the target's headers for the status check and for wrk."""
 
 _PLACEHOLDERS = ("python", "port", "workdir")
 

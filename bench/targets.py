@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bench.results import H11_302, HYPERCORN_302
+from bench.service_targets import INIT_TARGETS, REDIRECT_TARGETS
 from bench.target import Target
 
 BASELINE_TARGETS: tuple[Target, ...] = (
@@ -46,8 +47,8 @@ BASELINE_TARGETS: tuple[Target, ...] = (
     ),
 )
 
-SERVICE_TARGETS: tuple[Target, ...] = ()
-"""The service's paths. Empty until they exist; add them here."""
+SERVICE_TARGETS: tuple[Target, ...] = REDIRECT_TARGETS + INIT_TARGETS
+"""The service's paths; add new ones here."""
 
 
 def all_targets() -> tuple[Target, ...]:

@@ -7,6 +7,7 @@ with the project's 16 bytes.
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 # Named databases, opened once at startup. Adding one is a schema change only
@@ -50,6 +51,10 @@ DATABASES = (
     b"endpoints",        # project | mode | endpoint id -> Endpoint
     b"deliveries",       # delivery id -> Delivery
     b"deliveries_by_project",  # project | mode | created ms | delivery id -> endpoint id
+    b"deliveries_by_endpoint",  # endpoint id | created ms | delivery id -> b""
+    b"deliveries_by_time",  # created ms | delivery id -> project id
+    b"deliveries_open",  # endpoint id | delivery id -> b"" (Queued, Sending, Retrying)
+    b"webhook_events",  # project | mode | event id -> WebhookEvent (body, shared)
 )
 
 
@@ -65,6 +70,7 @@ def scope(project_id: str, mode: str) -> bytes:
     return uid(project_id) + MODES[mode]
 
 
+@functools.lru_cache(maxsize=65536)
 def uid(value: str) -> bytes:
     return uuid.UUID(value).bytes
 

@@ -53,12 +53,13 @@ class LinksStore:
         return decode(Link, bytes(raw)) if raw is not None else None
 
     def by_slug(self, domain: str, slug: str) -> Link | None:
+        """The redirect's read: one read transaction, two gets, cached decoding."""
         with self.store.read() as txn:
             link_id = txn.get(_slug_key(domain, slug), db=self._slugs)
             if link_id is None:
                 return None
             raw = txn.get(bytes(link_id), db=self._links)
-        return decode(Link, bytes(raw)) if raw is not None else None
+        return self.store.cache.decode(Link, bytes(raw)) if raw is not None else None
 
     def domain_owner(self, domain: str) -> str | None:
         with self.store.read() as txn:
@@ -72,7 +73,7 @@ class LinksStore:
     def platforms(self, project_id: str) -> Platforms:
         with self.store.read() as txn:
             raw = txn.get(layout.uid(project_id), db=self._platforms)
-        return decode(Platforms, bytes(raw)) if raw is not None else Platforms()
+        return self.store.cache.decode(Platforms, bytes(raw)) if raw is not None else Platforms()
 
     def org_link_count(self, org_id: str) -> int:
         with self.store.read() as txn:

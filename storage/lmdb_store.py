@@ -17,6 +17,7 @@ import trio
 
 from storage import layout
 from storage.codec import decode, encode
+from storage.decode_cache import DecodeCache
 from storage.schema import migrate
 from storage.writer import Op, Pending, Writer
 from svc_engine.deadlines import Deadline
@@ -61,6 +62,7 @@ class LmdbStore:
                     self._db[name] = self.env.open_db(name, txn=txn)
                 migrate(txn, self._db[b"meta"])
         self.writer = Writer(self.env, inline=inline_commit)
+        self.cache = DecodeCache()
 
     def db(self, name: bytes) -> Any:
         return self._db[name]
@@ -155,11 +157,11 @@ class LmdbStore:
 
     def get_org(self, org_id: str) -> Organization | None:
         raw = self._get(b"orgs", layout.uid(org_id))
-        return decode(Organization, raw) if raw else None
+        return self.cache.decode(Organization, raw) if raw else None
 
     def get_project(self, project_id: str) -> Project | None:
         raw = self._get(b"projects", layout.uid(project_id))
-        return decode(Project, raw) if raw else None
+        return self.cache.decode(Project, raw) if raw else None
 
     def list_projects(self, org_id: str) -> list[Project]:
         out = []
@@ -174,7 +176,7 @@ class LmdbStore:
 
     def find_key(self, key_hash: bytes) -> ApiKey | None:
         raw = self._get(b"keys", key_hash)
-        return decode(ApiKey, raw) if raw else None
+        return self.cache.decode(ApiKey, raw) if raw else None
 
     def list_keys(self, project_id: str) -> list[ApiKey]:
         out = []
@@ -313,7 +315,7 @@ class LmdbStore:
 
     def get_settings(self, project_id: str) -> DeferredSettings:
         raw = self._get(b"settings", layout.uid(project_id))
-        return decode(DeferredSettings, raw) if raw else DeferredSettings()
+        return self.cache.decode(DeferredSettings, raw) if raw else DeferredSettings()
 
     async def put_settings(self, project_id: str, settings: DeferredSettings,
                            idem: IdemWrite | None) -> DeferredSettings:

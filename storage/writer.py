@@ -30,6 +30,7 @@ import attrs
 import lmdb
 import trio
 
+from storage import counters
 from svc_engine.errors import InternalError, StoreFull, SvcError
 
 T = TypeVar("T")
@@ -146,6 +147,7 @@ class Writer:
 
     def _commit(self, batch: list[Pending[Any]]) -> list[tuple[Any, BaseException | None]]:
         outcomes: list[tuple[Any, BaseException | None]] = []
+        counter_batch, token = counters.begin_batch()
         try:
             with self._env.begin(write=True) as txn:
                 for p in batch:
@@ -154,10 +156,13 @@ class Writer:
                         result = p.op(child)
                     except BaseException as e:  # handed to that op's caller
                         child.abort()
+                        counter_batch.drop_op()
                         outcomes.append((None, _as_store_error(e)))
                     else:
                         child.commit()
+                        counter_batch.keep_op()
                         outcomes.append((result, None))
+                counter_batch.flush(txn)
         except lmdb.MapFullError:
             log.error("LMDB map is full: raise SVC_MAP_SIZE and restart (see README)")
             err = StoreFull("the data store is full; the operator must raise SVC_MAP_SIZE")
@@ -165,6 +170,8 @@ class Writer:
         except lmdb.Error as e:
             log.exception("LMDB commit failed")
             return [(None, InternalError(f"storage error: {type(e).__name__}"))] * len(batch)
+        finally:
+            counters.end_batch(token)
         return outcomes
 
 

@@ -134,3 +134,42 @@ def test_schema_version_recorded_and_newer_refused(tmp_path: os.PathLike[str]) -
     s.close()
     with pytest.raises(SchemaTooNew):
         LmdbStore(path, map_size=8 << 20)
+
+
+async def test_counter_increments_coalesce_and_abort_with_their_op(store: LmdbStore) -> None:
+    from storage import counters
+
+    db = store.db(b"counters")
+    pid = "00000000-0000-4000-8000-000000000001"
+    key = ("clicks", "*", "2026-11-22", "total", "")
+
+    def good(txn: lmdb.Transaction) -> None:
+        counters.increment(txn, db, pid, "live", [key])
+
+    def bad(txn: lmdb.Transaction) -> None:
+        counters.increment(txn, db, pid, "live", [key], by=100)
+        raise ValidationError("refused after counting")
+
+    pendings = [store.writer.submit_nowait(good), store.writer.submit_nowait(bad),
+                store.writer.submit_nowait(good)]
+    await pendings[0].wait()
+    with pytest.raises(ValidationError):
+        await pendings[1].wait()
+    await pendings[2].wait()
+    assert store.writer.statistics().batches == 1
+    with store.read() as txn:
+        raw = txn.get(counters.counter_key(pid, "live", key), db=db)
+    assert raw is not None and counters.read_value(bytes(raw)) == 2
+    await store.write(good)  # and outside a shared batch too
+    with store.read() as txn:
+        assert counters.read_value(bytes(txn.get(counters.counter_key(pid, "live", key),
+                                                 db=db))) == 3
+
+
+async def test_decode_cache_follows_the_stored_bytes(store: LmdbStore) -> None:
+    pid = "00000000-0000-4000-8000-000000000002"
+    await store.put_settings(pid, DeferredSettings(ios_landing_page=True), None)
+    first = store.get_settings(pid)
+    assert store.get_settings(pid) is first  # decoded once
+    await store.put_settings(pid, DeferredSettings(ios_landing_page=False), None)
+    assert store.get_settings(pid).ios_landing_page is False

@@ -70,6 +70,9 @@ async def serve(config: Config, *, clock: Clock | None = None, bootstrap: bool =
                 await _serve_with_store(config, store, clock, bootstrap, stop, on_ready)
             finally:
                 store.writer.close()
+        stats = store.writer.statistics()
+        log.info("writer: %d batches, %d ops (largest batch %d, %d failed)", stats.batches,
+                 stats.ops, stats.largest_batch, stats.failed_ops)
     finally:
         store.close()
         log.info("stopped; data is closed")
