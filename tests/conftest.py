@@ -109,3 +109,42 @@ def _fast_password_hashing() -> Iterator[None]:
     tenancy._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
     yield
     tenancy._hasher = saved
+
+
+# -- screenshots of failed browser tests ------------------------------------------
+
+_PHASE_REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    item.stash.setdefault(_PHASE_REPORTS, {})[report.when] = report
+
+
+@pytest.fixture
+def failure_screenshot(request: pytest.FixtureRequest) -> Any:
+    """``save(page, label)``: when the test failed, save a full-page screenshot of
+    a Playwright page under the run's output directory (``SVC_TEST_OUTPUT``, by
+    default ``test-output/``) in ``screenshots/``. Call it before closing the page."""
+
+    def save(page: Any, label: str = "page") -> str | None:
+        reports = request.node.stash.get(_PHASE_REPORTS, {})
+        if not any(r.failed for r in reports.values()):
+            return None
+        root = os.environ.get("SVC_TEST_OUTPUT") or os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test-output")
+        out = os.path.join(root, "screenshots")
+        os.makedirs(out, exist_ok=True)
+        name = "".join(c if c.isalnum() else "_" for c in request.node.nodeid)
+        path = os.path.join(out, f"{name}-{label}.png")
+        try:
+            page.screenshot(path=path, full_page=True)
+        except Exception as e:  # a crashed page must not hide the test's own failure
+            print(f"screenshot of {label} failed: {e}")
+            return None
+        print(f"screenshot: {path}")
+        return path
+
+    return save

@@ -14,6 +14,7 @@ from actors.registry import Registry
 from actors.timer import TimerActor
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
+from web.dashboard import create_dashboard
 from web.front import Front
 from web.housekeeping import Housekeeper
 from web.services import Services
@@ -32,4 +33,4 @@ async def start_services(nursery: trio.Nursery, config: Config, store: LmdbStore
 
 
 def build_front(services: Services) -> Front:
-    return Front(services)
+    return Front(services, dashboard=create_dashboard(services))

@@ -1,7 +1,8 @@
 """The ASGI front: one application that dispatches every request.
 
 ``/v1/...`` goes to the JSON API, ``/healthz`` answers here, ``/dashboard`` and
-``/static`` go to the Quart-Trio dashboard app, and every other path on a link
+everything under ``/dashboard/`` (its static files too) go to the Quart-Trio
+dashboard app, and every other path on a link
 domain goes to the redirector. An admission limit caps the requests in flight:
 past it a request gets an immediate 503 with ``Retry-After`` instead of a long
 queue. Unexpected exceptions are logged (without client data) and answered
@@ -48,7 +49,7 @@ class Front:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
         path: str = scope["path"]
-        if self.dashboard is not None and (path.startswith(("/dashboard", "/static/"))):
+        if self.dashboard is not None and (path == "/dashboard" or path.startswith("/dashboard/")):
             await self.dashboard(scope, receive, send)
             self._log(scope, 0, start)
             return

@@ -1,0 +1,249 @@
+"""Dashboard sign-in, sessions, CSRF, the sign-in throttle and invitations,
+in-process (real store and actors, requests over ASGI)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import trio
+
+from storage import accounts
+from svc_engine.plans import Plan
+from svc_engine.records import Role
+from svc_engine.sessions import ABSOLUTE_MS, IDLE_MS
+from tests.conftest import App
+from tests.dashboard_support import (
+    OWNER_EMAIL,
+    add_user,
+    browser,
+    csrf_of,
+    dashboard_of,
+    owner,
+    password_of,
+    signed_in,
+)
+
+HOUR = 3600
+
+
+async def test_sign_in_page_sign_in_and_sign_out(app: App) -> None:
+    async with browser(app) as c:
+        page = await c.get("/dashboard")
+        assert page.status_code == 200 and "Sign in to svc" in page.text
+        assert page.headers["cache-control"] == "no-store"
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        r = await c.post("/dashboard/sign-in", data={
+            "csrf": csrf_of(page.text), "email": "Owner@Localhost", "password": password_of(app),
+            "next": "/dashboard/settings/team"})
+        assert r.status_code == 303 and r.headers["location"] == "/dashboard/settings/team"
+        cookie = r.headers["set-cookie"]
+        for attr in ("svc_session=", "HttpOnly", "Path=/dashboard", "SameSite=Lax"):
+            assert attr in cookie
+        assert "Secure" not in cookie  # served over plain http in this test
+        token = c.cookies["svc_session"]
+        stored = accounts.get_session(app.services.store, hashlib.sha256(token.encode()).digest())
+        assert stored is not None and stored.user_id == owner(app).id
+        with app.services.store.read() as txn:  # the cookie value itself is nowhere stored
+            assert all(token.encode() not in bytes(v)
+                       for _, v in txn.cursor(db=app.services.store.db(b"sessions")))
+        team = await c.get("/dashboard/settings/team")
+        assert team.status_code == 200 and OWNER_EMAIL in team.text
+        home = await c.get("/dashboard")
+        assert home.status_code == 303 and home.headers["location"] == "/dashboard/build/sdk"
+        out = await c.post("/dashboard/sign-out", data={"csrf": csrf_of(team.text)})
+        assert out.status_code == 303 and out.headers["location"] == "/dashboard?done=signed-out"
+        assert accounts.get_session(app.services.store, stored.token_hash) is None
+        assert "svc_session" not in c.cookies
+        again = await c.get("/dashboard/settings/team")
+        assert again.status_code == 303
+        assert again.headers["location"] == "/dashboard?next=/dashboard/settings/team"
+
+
+async def test_wrong_password_and_unknown_email_look_the_same(app: App) -> None:
+    async with browser(app) as c:
+        token = csrf_of((await c.get("/dashboard")).text)
+        a = await c.post("/dashboard/sign-in", data={"csrf": token, "email": OWNER_EMAIL,
+                                                      "password": "wrong-password"})
+        b = await c.post("/dashboard/sign-in", data={"csrf": token, "email": "nobody@x.org",
+                                                      "password": "wrong-password"})
+        assert a.status_code == b.status_code == 400
+        assert "don&#39;t match an account" in a.text and "don&#39;t match an account" in b.text
+        assert "svc_session" not in c.cookies
+
+
+async def test_redirect_targets_stay_inside_the_dashboard(app: App) -> None:
+    m = await signed_in(app, owner(app))
+    for target in ("https://evil.example/", "//evil.example", "/dashboard\\..", "/v1/x"):
+        r = await m.post("/dashboard/mode", {"mode": "test", "next": target})
+        assert r.status_code == 303 and r.headers["location"] == "/dashboard", target
+    await m.aclose()
+
+
+async def test_csrf_refusals(app: App) -> None:
+    m = await signed_in(app, owner(app))
+    before = len(app.services.store.list_keys(app.project_id))
+    for token in (None, "", "forged", (await signed_in(app, owner(app))).csrf):
+        r = await m.post("/dashboard/settings/keys", {"kind": "secret", "name": "x"},
+                         csrf_token=token)
+        assert r.status_code == 403 and "This form has expired" in r.text
+    assert len(app.services.store.list_keys(app.project_id)) == before
+    ok = await m.post("/dashboard/settings/keys", {"kind": "secret", "name": "x"})
+    assert ok.status_code == 200
+    assert len(app.services.store.list_keys(app.project_id)) == before + 1
+    await m.aclose()
+    async with browser(app) as c:  # signed out: the anonymous token needs its cookie
+        token = csrf_of((await c.get("/dashboard")).text)
+        good = {"csrf": token, "email": OWNER_EMAIL, "password": password_of(app)}
+        assert (await c.post("/dashboard/sign-in", data={**good, "csrf": "x"})).status_code == 403
+        c.cookies.clear()
+        assert (await c.post("/dashboard/sign-in", data=good)).status_code == 403
+        assert "svc_session" not in c.cookies
+
+
+async def test_session_idle_expiry(app: App, autojump_clock: trio.testing.MockClock) -> None:
+    m = await signed_in(app, owner(app))
+    await trio.sleep(IDLE_MS / 1000 - HOUR)
+    assert (await m.get("/dashboard/settings/team")).status_code == 200  # refreshes last seen
+    await trio.sleep(IDLE_MS / 1000 - HOUR)
+    assert (await m.get("/dashboard/settings/team")).status_code == 200
+    await trio.sleep(IDLE_MS / 1000 + 1)
+    r = await m.get("/dashboard/settings/team")
+    assert r.status_code == 303
+    assert r.headers["location"] == "/dashboard?next=/dashboard/settings/team&ended=1"
+    assert 'svc_session=""' in r.headers["set-cookie"] or "Max-Age=0" in r.headers["set-cookie"]
+    assert accounts.get_session(app.services.store, m.session.token_hash) is None
+    page = await m.client.get(r.headers["location"])
+    assert "Your session ended" in page.text
+    await m.aclose()
+
+
+async def test_session_absolute_expiry(app: App, autojump_clock: trio.testing.MockClock) -> None:
+    m = await signed_in(app, owner(app))
+    elapsed = 0
+    while elapsed + 6 * HOUR < ABSOLUTE_MS / 1000:
+        await trio.sleep(6 * HOUR)
+        elapsed += 6 * HOUR
+        assert (await m.get("/dashboard/settings/billing")).status_code == 200, elapsed
+    await trio.sleep(ABSOLUTE_MS / 1000 - elapsed)
+    assert (await m.get("/dashboard/settings/billing")).status_code == 303
+    await m.aclose()
+
+
+async def test_sign_in_throttle_per_email_and_per_client(app: App) -> None:
+    async with browser(app) as c:
+        token = csrf_of((await c.get("/dashboard")).text)
+
+        async def attempt(email: str, password: str = "wrong-password") -> int:
+            r = await c.post("/dashboard/sign-in", data={"csrf": token, "email": email,
+                                                          "password": password})
+            if r.status_code == 429:
+                assert 1 <= int(r.headers["retry-after"]) <= 900
+                assert "Too many failed sign-ins" in r.text
+            return r.status_code
+
+        assert [await attempt(OWNER_EMAIL) for _ in range(5)] == [400] * 5
+        assert await attempt(OWNER_EMAIL, password_of(app)) == 429  # even the right password
+        assert await attempt("Owner@LOCALHOST") == 429             # same address
+        for n in range(3):                                        # 5 + 15 = 20 per client
+            assert [await attempt(f"u{n}@example.com") for _ in range(5)] == [400] * 5
+        assert await attempt("fresh@example.com") == 429
+        assert "svc_session" not in c.cookies
+    throttle = dashboard_of(app).throttle
+    assert throttle.statistics() == {"emails": 4, "clients": 1}
+    now = app.services.clock.now_ms()
+    assert throttle.retry_after("other@example.com", "10.0.0.9", now) == 0  # other client
+    assert throttle.retry_after(OWNER_EMAIL, "10.0.0.9", now + 15 * 60_000) == 0
+
+
+async def test_invitation_for_a_new_account(app: App) -> None:
+    m = await signed_in(app, owner(app))
+    page = await m.post("/dashboard/settings/team/invite",
+                        {"email": "New.Dev@Example.com", "role": "developer"})
+    assert page.status_code == 200 and "svc sends no e-mail" in page.text
+    link = page.text.split('id="invite-link" class="mono reveal-value" type="text" value="')[1]
+    link = link.split('"')[0]
+    assert link.startswith("http://svc.test/dashboard/invite/")
+    path = link.removeprefix("http://svc.test")
+    again = await m.get("/dashboard/settings/team")
+    assert path not in again.text and "new.dev@example.com" in again.text  # shown once
+    async with browser(app) as c:
+        form = await c.get(path)
+        assert form.status_code == 200 and "Choose a password" in form.text
+        token = csrf_of(form.text)
+        short = await c.post(path, data={"csrf": token, "password": "short", "confirm": "short"})
+        assert short.status_code == 400 and "at least 10" in short.text
+        differ = await c.post(path, data={"csrf": token, "password": "long-enough-1",
+                                          "confirm": "long-enough-2"})
+        assert differ.status_code == 400
+        ok = await c.post(path, data={"csrf": token, "password": "long-enough-1",
+                                      "confirm": "long-enough-1"})
+        assert ok.status_code == 303 and ok.headers["location"].startswith("/dashboard/build/sdk")
+        welcome = await c.get(ok.headers["location"])
+        assert "You have joined" in welcome.text and "new.dev@example.com" in welcome.text
+        reuse = await c.get(path)
+        assert reuse.status_code == 410
+    user = app.services.store.find_user("new.dev@example.com")
+    assert user is not None and user.password_hash.startswith("$argon2")
+    roles = {mb.user_id: mb.role for mb in app.services.store.members_of(app.org_id)}
+    assert roles[user.id] is Role.DEVELOPER
+    await m.aclose()
+
+
+async def test_invitation_for_an_existing_account_needs_its_password(app: App) -> None:
+    store = app.services.store
+    elsewhere = await add_user(app, "pat@example.com", password="pat-password-1")
+    m = await signed_in(app, owner(app))
+    page = await m.post("/dashboard/settings/team/invite",
+                        {"email": "pat@example.com", "role": "marketer"})
+    path = "/dashboard/invite/" + page.text.split("/dashboard/invite/")[1].split('"')[0]
+    async with browser(app) as c:
+        form = await c.get(path)
+        assert "Your password" in form.text and "Choose a password" not in form.text
+        token = csrf_of(form.text)
+        bad = await c.post(path, data={"csrf": token, "password": "not-it-at-all"})
+        assert bad.status_code == 400 and "svc_session" not in c.cookies
+        good = await c.post(path, data={"csrf": token, "password": "pat-password-1"})
+        assert good.status_code == 303 and "svc_session" in c.cookies
+    roles = {mb.user_id: mb.role for mb in store.members_of(app.org_id)}
+    assert roles[elsewhere.id] is Role.MARKETER
+    await m.aclose()
+
+
+async def test_invitations_are_replaced_withdrawn_and_checked(app: App) -> None:
+    m = await signed_in(app, owner(app))
+    first = await m.post("/dashboard/settings/team/invite", {"email": "a@example.com",
+                                                             "role": "developer"})
+    path1 = "/dashboard/invite/" + first.text.split("/dashboard/invite/")[1].split('"')[0]
+    await m.post("/dashboard/settings/team/invite", {"email": "a@example.com", "role": "admin"})
+    assert (await m.get(path1)).status_code == 410     # replaced by the second invitation
+    invites = accounts.list_invites(app.services.store, app.org_id, app.services.clock.now_ms())
+    assert [(i.email, i.role) for i in invites] == [("a@example.com", Role.ADMIN)]
+    member = await m.post("/dashboard/settings/team/invite", {"email": OWNER_EMAIL,
+                                                              "role": "admin"})
+    assert member.status_code == 409 and "already a member" in member.text
+    bad = await m.post("/dashboard/settings/team/invite", {"email": "nope", "role": "admin"})
+    assert bad.status_code == 400
+    r = await m.post(f"/dashboard/settings/team/invites/{invites[0].id}/revoke")
+    assert r.status_code == 303
+    assert accounts.list_invites(app.services.store, app.org_id,
+                                 app.services.clock.now_ms()) == []
+    assert (await m.post(f"/dashboard/settings/team/invites/{invites[0].id}/revoke")
+            ).status_code == 404
+    assert (await m.get("/dashboard/invite/" + "A" * 43)).status_code == 410
+    assert (await m.get("/dashboard/invite/bogus")).status_code == 410
+    await m.aclose()
+
+
+async def test_member_quota_counts_open_invitations(app: App) -> None:
+    await app.services.store.set_plan(app.org_id, Plan.STARTER)
+    m = await signed_in(app, owner(app))
+    for n in range(2):
+        r = await m.post("/dashboard/settings/team/invite", {"email": f"q{n}@example.com",
+                                                             "role": "developer"})
+        assert r.status_code == 200
+    full = await m.get("/dashboard/settings/team")
+    assert "places are taken" in full.text
+    r = await m.post("/dashboard/settings/team/invite", {"email": "q9@example.com",
+                                                         "role": "developer"})
+    assert r.status_code == 403 and "3 team members" in r.text
+    await m.aclose()

@@ -1,0 +1,218 @@
+"""Dashboard settings and workspace, in-process: API keys, team changes,
+billing, organizations, projects, mode and theme."""
+
+from __future__ import annotations
+
+import re
+
+from storage import accounts
+from svc_engine.keys import KeyKind, Mode, key_hash
+from svc_engine.plans import Plan
+from svc_engine.records import Role
+from tests.conftest import App
+from tests.dashboard_support import Member, add_user, browser, csrf_of, owner, signed_in
+
+SECRET_VALUE = re.compile(r'id="new-key" class="mono reveal-value" type="text" value="([^"]+)"')
+
+
+async def test_create_secret_key_shows_value_once_and_stores_only_its_hash(app: App) -> None:
+    m = await signed_in(app, owner(app))
+    r = await m.post("/dashboard/settings/keys", {"kind": "secret", "name": "  CI   server "})
+    assert r.status_code == 200 and "Copy this secret key now" in r.text
+    found = SECRET_VALUE.search(r.text)
+    assert found is not None
+    value = found.group(1)
+    assert value.startswith("sk_test_")
+    stored = app.services.store.find_key(key_hash(value))
+    assert stored is not None and stored.public_value is None and stored.name == "CI server"
+    assert (stored.kind, stored.mode, stored.project_id) == (KeyKind.SECRET, Mode.TEST,
+                                                             app.project_id)
+    page = await m.get("/dashboard/settings/keys")
+    assert value not in page.text and stored.hint in page.text and "CI server" in page.text
+    with app.services.store.read() as txn:  # nowhere in the database
+        for db in (b"keys", b"keys_by_project"):
+            assert all(value.encode() not in bytes(v)
+                       for _, v in txn.cursor(db=app.services.store.db(db)))
+    async with app.client(value) as api:
+        assert (await api.get("/v1/deferred/settings")).status_code == 200
+    revoke = await m.post(f"/dashboard/settings/keys/{stored.id}/revoke")
+    assert revoke.status_code == 303
+    assert revoke.headers["location"] == "/dashboard/settings/keys?done=key-revoked"
+    after = await m.get(revoke.headers["location"])
+    assert "The key was revoked" in after.text and "Revoked" in after.text
+    async with app.client(value) as api:
+        assert (await api.get("/v1/deferred/settings")).status_code == 401
+    await m.aclose()
+
+
+async def test_keys_follow_the_mode_and_publishable_keys_stay_visible(app: App) -> None:
+    m = await signed_in(app, owner(app))
+    test_page = await m.get("/dashboard/settings/keys")
+    assert app.keys["pk_test"] in test_page.text and app.keys["pk_live"] not in test_page.text
+    assert (await m.post("/dashboard/mode", {"mode": "live",
+                                             "next": "/dashboard/settings/keys"})
+            ).headers["location"] == "/dashboard/settings/keys"
+    live_page = await m.get("/dashboard/settings/keys")
+    assert app.keys["pk_live"] in live_page.text and app.keys["pk_test"] not in live_page.text
+    assert "Test mode" not in live_page.text
+    r = await m.post("/dashboard/settings/keys", {"kind": "publishable", "name": ""})
+    assert "Publishable key" in r.text and "pk_live_" in r.text
+    sdk = await m.get("/dashboard/build/sdk")
+    assert app.keys["pk_live"] in sdk.text and "svc_flutter: ^0.2.0" in sdk.text
+    assert "baseUrl: 'http://svc.test'" in sdk.text
+    assert (await m.post("/dashboard/mode", {"mode": "staging"})).status_code == 400
+    for bad in ({"kind": "other"}, {"kind": "secret", "name": "x" * 101}):
+        assert (await m.post("/dashboard/settings/keys", bad)).status_code == 400
+    assert (await m.post("/dashboard/settings/keys/not-a-key/revoke")).status_code == 404
+    await m.aclose()
+
+
+async def test_last_owner_is_protected_and_admins_cannot_touch_owners(app: App) -> None:
+    me = owner(app)
+    m = await signed_in(app, me)
+    demote = await m.post(f"/dashboard/settings/team/members/{me.id}/role", {"role": "admin"})
+    assert demote.status_code == 409 and "at least one owner" in demote.text
+    leave = await m.post(f"/dashboard/settings/team/members/{me.id}/remove")
+    assert leave.status_code == 409
+    admin = await signed_in(app, await add_user(app, "admin@example.com", Role.ADMIN))
+    r = await admin.post(f"/dashboard/settings/team/members/{me.id}/role", {"role": "developer"})
+    assert r.status_code == 403 and "only an owner" in r.text
+    assert (await admin.post(f"/dashboard/settings/team/members/{admin.user.id}/role",
+                             {"role": "owner"})).status_code == 403
+    assert (await admin.post(f"/dashboard/settings/team/members/{me.id}/remove")
+            ).status_code == 403
+    promote = await m.post(f"/dashboard/settings/team/members/{admin.user.id}/role",
+                           {"role": "owner"})
+    assert promote.status_code == 303
+    # Two owners now: one may step down, and then the other is the last again.
+    assert (await m.post(f"/dashboard/settings/team/members/{me.id}/role",
+                         {"role": "developer"})).status_code == 303
+    assert (await admin.post(f"/dashboard/settings/team/members/{admin.user.id}/remove")
+            ).status_code == 409
+    roles = {mb.user_id: mb.role for mb in app.services.store.members_of(app.org_id)}
+    assert roles == {me.id: Role.DEVELOPER, admin.user.id: Role.OWNER}
+    await m.aclose()
+    await admin.aclose()
+
+
+async def test_removed_member_loses_access_at_once(app: App) -> None:
+    dev = await signed_in(app, await add_user(app, "gone@example.com", Role.DEVELOPER))
+    assert (await dev.get("/dashboard/settings/keys")).status_code == 200
+    m = await signed_in(app, owner(app))
+    r = await m.post(f"/dashboard/settings/team/members/{dev.user.id}/remove")
+    assert r.status_code == 303
+    keys = await dev.get("/dashboard/settings/keys")
+    assert keys.status_code == 403 and "not in an organization" in keys.text
+    assert (await dev.get("/dashboard")).headers["location"] == "/dashboard/orgs/new"
+    await m.aclose()
+    await dev.aclose()
+
+
+async def test_plan_change_by_owner_only_and_never_below_usage(app: App) -> None:
+    store = app.services.store
+    admin = await signed_in(app, await add_user(app, "a@example.com", Role.ADMIN))
+    page = await admin.get("/dashboard/settings/billing")
+    assert page.status_code == 200 and "Only owners change the plan" in page.text
+    assert "Switch to Scale" not in page.text
+    assert (await admin.post("/dashboard/settings/billing/plan", {"plan": "scale"})
+            ).status_code == 403
+    m = await signed_in(app, owner(app))
+    billing = await m.get("/dashboard/settings/billing")
+    assert "Switch to Starter" in billing.text and "Switch to Scale" in billing.text
+    assert re.search(r"Projects</span><span class=\"meter-value\">1 ", billing.text)
+    assert (await m.post("/dashboard/settings/billing/plan", {"plan": "scale"})
+            ).status_code == 303
+    org = store.get_org(app.org_id)
+    assert org is not None and org.plan is Plan.SCALE
+    await m.post("/dashboard/projects/new", {"name": "Second"})
+    down = await m.post("/dashboard/settings/billing/plan", {"plan": "starter"})
+    assert down.status_code == 400 and "2 projects" in down.text
+    assert (await m.post("/dashboard/settings/billing/plan", {"plan": "gold"})).status_code == 400
+    org = store.get_org(app.org_id)
+    assert org is not None and org.plan is Plan.SCALE
+    await m.aclose()
+    await admin.aclose()
+
+
+async def test_links_are_counted_from_links_by_project(app: App) -> None:
+    store = app.services.store
+    pid = bytes.fromhex(app.project_id.replace("-", ""))
+
+    def op(txn: object) -> None:
+        for i in range(3):
+            txn.put(pid + b"t" + i.to_bytes(8, "big"), b"",  # type: ignore[attr-defined]
+                    db=store.db(b"links_by_project"))
+
+    await store.write(op)
+    assert accounts.count_links(store, [app.project_id]) == 3
+    m = await signed_in(app, owner(app))
+    page = await m.get("/dashboard/settings/billing")
+    assert re.search(r"Links</span><span class=\"meter-value\">3 ", page.text)
+    await m.aclose()
+
+
+async def test_organizations_projects_and_the_switcher(app: App) -> None:
+    m = await signed_in(app, owner(app))
+    r = await m.post("/dashboard/orgs/new", {"name": "  Side Co  "})
+    assert r.status_code == 303 and r.headers["location"].startswith("/dashboard/projects/new")
+    form = await m.get(r.headers["location"])
+    assert "Side Co" in form.text and "0 of 1 projects used" in form.text
+    made = await m.post("/dashboard/projects/new", {"name": "Side app"})
+    assert made.status_code == 200 and "Side app is ready" in made.text
+    assert len(re.findall(r'value="(sk_(?:test|live)_\w+)"', made.text)) == 2
+    full = await m.get("/dashboard/projects/new")
+    assert "all are in use" in full.text
+    refused = await m.post("/dashboard/projects/new", {"name": "Third"})
+    assert refused.status_code == 400 and "starter plan allows no more projects" in refused.text
+    sdk = await m.get("/dashboard/build/sdk")
+    assert "Side app" in sdk.text and "My organization" in sdk.text  # both in the switcher
+    back = await m.post("/dashboard/workspace", {"project_id": app.project_id,
+                                                 "next": "/dashboard/build/sdk"})
+    assert back.status_code == 303
+    sdk = await m.get("/dashboard/build/sdk")
+    assert app.project_id in sdk.text
+    assert (await m.post("/dashboard/orgs/new", {"name": " "})).status_code == 400
+    other = await signed_in(app, await add_user(app, "x@example.com", Role.OWNER,
+                                                org_id=None))
+    stranger = await other.post("/dashboard/workspace", {"project_id": made.text and
+                                                         _project_of(app, "Side app")})
+    assert stranger.status_code == 404
+    await m.aclose()
+    await other.aclose()
+
+
+def _project_of(app: App, name: str) -> str:
+    for org in app.services.store.all_orgs():
+        for p in app.services.store.list_projects(org.id):
+            if p.name == name:
+                return p.id
+    raise AssertionError(name)
+
+
+async def test_theme_is_a_cookie_and_works_signed_out(app: App) -> None:
+    async with browser(app) as c:
+        page = await c.get("/dashboard")
+        assert 'data-theme="system"' in page.text
+        r = await c.post("/dashboard/theme", data={"csrf": csrf_of(page.text), "theme": "dark",
+                                                   "next": "/dashboard"})
+        assert r.status_code == 303 and "svc_theme=dark" in r.headers["set-cookie"]
+        assert 'data-theme="dark"' in (await c.get("/dashboard")).text
+        bad = await c.post("/dashboard/theme", data={"csrf": csrf_of(page.text), "theme": "red"})
+        assert bad.status_code == 400
+    m: Member = await signed_in(app, owner(app))
+    r = await m.post("/dashboard/theme", {"theme": "light", "next": "/dashboard/settings/team"})
+    assert r.headers["location"] == "/dashboard/settings/team"
+    assert 'data-theme="light"' in (await m.get("/dashboard/settings/team")).text
+    await m.aclose()
+
+
+async def test_front_routes_only_the_dashboard_paths_to_it(app: App) -> None:
+    async with browser(app) as c:
+        css = await c.get("/dashboard/static/dashboard.css")
+        assert css.status_code == 200 and "prefers-color-scheme" in css.text
+        missing = await c.get("/dashboard/nope")
+        assert missing.status_code == 404 and "Page not found" in missing.text
+        other = await c.get("/dashboardx")
+        assert other.status_code == 404 and "dashboard.css" not in other.text  # a slug
+        wrong = await c.put("/dashboard/settings/keys")
+        assert wrong.status_code == 405 and "GET" in wrong.headers["allow"]

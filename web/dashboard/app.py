@@ -1,0 +1,74 @@
+"""The dashboard app: ``create_dashboard(services)`` builds the Quart-Trio app
+the ASGI front mounts under ``/dashboard``.
+
+Pages are rendered on the server and work without JavaScript. The app holds
+no state of its own beyond the ``Dashboard`` object (context.py); each area
+of the dashboard is a view module with a ``register(dash)`` function listed in
+``VIEW_MODULES``. A later page is one more module here plus its ``NavEntry``
+(nav.py).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from quart import Response
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from svc_engine.errors import SvcError
+from svc_engine.roles import who_may
+from web.dashboard import (
+    views_auth,
+    views_billing,
+    views_keys,
+    views_sdk,
+    views_team,
+    views_workspace,
+)
+from web.dashboard.context import Dashboard, fmt_date, fmt_time, roles_text
+from web.services import Services
+
+VIEW_MODULES: tuple[ModuleType, ...] = (
+    views_auth, views_workspace, views_sdk, views_keys, views_team, views_billing,
+)
+MAX_FORM_BYTES = 64 * 1024
+
+
+def create_dashboard(services: Services) -> Any:
+    """The dashboard as an ASGI app (a ``QuartTrio``); see web/front.py."""
+    app = QuartTrio(__name__, static_folder="static", static_url_path="/dashboard/static",
+                    template_folder="templates")
+    app.config.update(MAX_CONTENT_LENGTH=MAX_FORM_BYTES, MAX_FORM_MEMORY_SIZE=MAX_FORM_BYTES,
+                      SEND_FILE_MAX_AGE_DEFAULT=86_400, TEMPLATES_AUTO_RELOAD=False)
+    env = app.jinja_env
+    env.trim_blocks = env.lstrip_blocks = True
+    env.filters.update(time=fmt_time, date=fmt_date)
+    env.globals.update(roles_text=roles_text, who_may=who_may)
+    dash = Dashboard(app, services)
+    app.extensions["svc.dashboard"] = dash
+    for module in VIEW_MODULES:
+        module.register(dash)
+
+    @app.after_request
+    async def finish(resp: Response) -> Response:
+        return dash.finish(resp)
+
+    @app.errorhandler(SvcError)
+    async def svc_error(e: SvcError) -> Response:
+        return await dash.svc_error(e)
+
+    @app.errorhandler(HTTPException)
+    async def http_error(e: HTTPException) -> Response:
+        code = e.code or 500
+        title = {404: "Page not found", 405: "Not allowed here",
+                 413: "That form is too large"}.get(code, "Something went wrong")
+        message = {404: "There is no dashboard page at this address."}.get(
+            code, e.description or "")
+        resp = await dash.error(await dash.viewer(), code, title, message)
+        if code == 405 and getattr(e, "valid_methods", None):
+            resp.headers["Allow"] = ", ".join(e.valid_methods)  # type: ignore[attr-defined]
+        return resp
+
+    return app

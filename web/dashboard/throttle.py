@@ -1,0 +1,63 @@
+"""The sign-in throttle's memory: failure windows per e-mail and per client.
+
+The rule is svc_engine.signin_throttle. This keeps its state in a bounded
+dict, in memory only: a restart forgets it. The client is known here only as
+a keyed hash of its address (the key is the server secret), so no address is
+held in clear, and nothing here is ever stored or logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import TypeVar
+
+from svc_engine.records import normalize_email
+from svc_engine.signin_throttle import (
+    CLIENT_LIMIT,
+    EMAIL_LIMIT,
+    Failures,
+    Limit,
+    record_failure,
+    retry_after_s,
+)
+
+MAX_ENTRIES = 50_000
+K = TypeVar("K")
+
+
+class SignInThrottle:
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+        self._emails: dict[str, Failures] = {}
+        self._clients: dict[bytes, Failures] = {}
+
+    def _client(self, address: str | None) -> bytes:
+        return hmac.new(self._secret, f"signin-client:{address or '-'}".encode(),
+                        hashlib.sha256).digest()[:16]
+
+    def retry_after(self, email: str, address: str | None, now_ms: int) -> int:
+        """Seconds before this attempt may be checked; 0 when it may go ahead."""
+        return max(retry_after_s(self._emails.get(normalize_email(email)), EMAIL_LIMIT, now_ms),
+                   retry_after_s(self._clients.get(self._client(address)), CLIENT_LIMIT,
+                                 now_ms))
+
+    def failed(self, email: str, address: str | None, now_ms: int) -> None:
+        _bump(self._emails, normalize_email(email), EMAIL_LIMIT, now_ms)
+        _bump(self._clients, self._client(address), CLIENT_LIMIT, now_ms)
+
+    def succeeded(self, email: str) -> None:
+        self._emails.pop(normalize_email(email), None)
+
+    def statistics(self) -> dict[str, int]:
+        return {"emails": len(self._emails), "clients": len(self._clients)}
+
+
+def _bump(table: dict[K, Failures], key: K, limit: Limit, now_ms: int) -> None:
+    if len(table) >= MAX_ENTRIES and key not in table:
+        for k in [k for k, f in table.items() if not f.recent(limit, now_ms).times]:
+            del table[k]
+        if len(table) >= MAX_ENTRIES:  # still full of live windows: forget the oldest half
+            for k in list(table)[: MAX_ENTRIES // 2]:
+                del table[k]
+    table[key] = record_failure(table.get(key), limit, now_ms)
