@@ -63,6 +63,12 @@ SETTINGS: tuple[Setting, ...] = (
             "largest request body accepted (larger: 413)"),
     Setting("max_in_flight", "SVC_MAX_IN_FLIGHT", 512, int,
             "requests handled at once; beyond it requests get a quick 503"),
+    Setting("max_connections", "SVC_MAX_CONNECTIONS", 1024, int,
+            "open connections at once; beyond it a connection gets 503 and is closed"),
+    Setting("body_timeout_s", "SVC_BODY_TIMEOUT", 30, int,
+            "seconds a request body may take to arrive (slower: 408)"),
+    Setting("rate_limit_per_client", "SVC_RATE_LIMIT_PER_CLIENT", 300, int,
+            "API requests per second per client address (in memory only; burst 2x); 0 disables"),
     Setting("rate_limit_per_key", "SVC_RATE_LIMIT_PER_KEY", 100, int,
             "sustained requests per second per API key (burst: 2x); 0 disables"),
     Setting("country_header", "SVC_COUNTRY_HEADER", None, _opt,
@@ -77,6 +83,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("webhook_allow_cidrs", "SVC_WEBHOOK_ALLOW_CIDRS", (), _csv,
             "comma-separated CIDRs webhook endpoints may resolve to despite the private-"
             "address guard"),
+    Setting("webhook_ca_bundle", "SVC_WEBHOOK_CA_BUNDLE", None, _opt,
+            "CA bundle (PEM) trusted for webhook endpoints' TLS certificates (default: certifi's)"),
+    Setting("webhook_retry_scale", "SVC_WEBHOOK_RETRY_SCALE", 1.0, float,
+            "test only: multiplies webhook retry delays (e.g. 0.001); keep 1.0 in production"),
     Setting("event_retention_days", "SVC_EVENT_RETENTION_DAYS", 90, int,
             "days raw events are kept (aggregates are kept)"),
     Setting("log_level", "SVC_LOG_LEVEL", "info", str, "debug, info, warning or error"),
@@ -96,6 +106,9 @@ class Config:
     map_size: int = 8 << 30
     max_body_bytes: int = 1 << 20
     max_in_flight: int = 512
+    max_connections: int = 1024
+    body_timeout_s: int = 30
+    rate_limit_per_client: int = 300
     rate_limit_per_key: int = 100
     country_header: str | None = None
     geoip_db: str | None = None
@@ -103,6 +116,8 @@ class Config:
     certfile: str | None = None
     keyfile: str | None = None
     webhook_allow_cidrs: tuple[str, ...] = ()
+    webhook_ca_bundle: str | None = None
+    webhook_retry_scale: float = 1.0
     event_retention_days: int = 90
     log_level: str = "info"
     access_log: bool = True

@@ -20,6 +20,7 @@ three branches, and which branch an error is on decides who sees it::
     │   │   ├── IdempotencyKeyReused   409 idempotency_key_reused
     │   │   ├── InstallIdConflict      409 install_id_conflict
     │   │   └── InstallNotRegistered   409 install_not_registered
+    │   ├── RequestTimeout         408 request_timeout (body not sent in time)
     │   ├── Gone                   410 gone
     │   ├── PayloadTooLarge        413 payload_too_large
     │   ├── UnsupportedMediaType   415 unsupported_media_type
@@ -138,6 +139,11 @@ class InstallIdConflict(Conflict):
 
 class InstallNotRegistered(Conflict):
     code = "install_not_registered"
+
+
+class RequestTimeout(CallerError):
+    status = 408
+    code = "request_timeout"
 
 
 class Gone(CallerError):

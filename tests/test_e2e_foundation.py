@@ -138,3 +138,40 @@ def test_backup_while_serving(server_factory: type[ServerProcess],
     copy.info = srv.info
     with copy.client("sk_test") as c:
         assert c.get("/v1/deferred/settings").json()["probabilisticMatching"] is True
+
+
+def test_doctor_reports_a_healthy_and_a_missing_data_dir(tmp_path: os.PathLike[str]) -> None:
+    data = os.path.join(str(tmp_path), "d")
+    missing = _cli(data, "doctor", "--json")
+    assert missing.returncode == 1
+    assert json.loads(missing.stdout)[0]["verdict"] == "fail"
+    _cli(data, "bootstrap", "--json")
+    ok = _cli(data, "doctor", "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    checks = {f["check"]: f for f in json.loads(ok.stdout)}
+    assert checks["schema"]["verdict"] == "ok" and checks["map space"]["verdict"] == "ok"
+    assert checks["bootstrap"]["verdict"] == "ok"
+    text = _cli(data, "doctor")
+    assert "map space" in text.stdout and "webhooks" in text.stdout
+
+
+def test_doctor_warns_when_the_map_is_nearly_full(tmp_path: os.PathLike[str]) -> None:
+    import lmdb
+
+    data = os.path.join(str(tmp_path), "d")
+    _cli(data, "bootstrap", "--json")
+    env = lmdb.open(data, map_size=1 << 20, max_dbs=64)
+    db = env.open_db(b"filler")
+    i = 0
+    while True:
+        try:
+            with env.begin(write=True) as txn:
+                txn.put(f"k{i}".encode(), b"x" * 4000, db=db)
+        except lmdb.MapFullError:
+            break
+        i += 1
+    env.close()
+    out = _cli(data, "doctor", "--json", "--map-size", "1MiB")
+    checks = {f["check"]: f for f in json.loads(out.stdout)}
+    assert checks["map space"]["verdict"] in ("warn", "fail")
+    assert "SVC_MAP_SIZE" in checks["map space"]["remedy"]

@@ -45,7 +45,7 @@ class RateLimiter:
             self._buckets.clear()  # bounded memory; at worst a few keys get a fresh burst
         self._buckets[who] = verdict.bucket
         if not verdict.allowed:
-            raise RateLimited("too many requests for this API key",
+            raise RateLimited("too many requests; slow down",
                               retry_after=verdict.retry_after_s)
 
 

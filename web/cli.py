@@ -10,6 +10,8 @@
     svc plan set ORG PLAN
     svc user create --email E [--password P] [--org ID --role ROLE]
     svc backup DEST [--data DIR]
+    svc doctor [--data DIR] [--json]
+    svc webhooks listen --secret whsec_... [--port P] [--host H]
 
 Every flag also reads from its ``SVC_*`` environment variable (README.md).
 Commands other than ``serve`` may run while the service is serving the same
@@ -19,6 +21,7 @@ data dir: LMDB serialises writers across processes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -159,6 +162,29 @@ def cmd_backup(args: argparse.Namespace) -> None:
     _print(_with_store(cfg, go))
 
 
+def cmd_webhooks(args: argparse.Namespace) -> None:
+    from web.webhook_receiver import listen
+
+    with contextlib.suppress(KeyboardInterrupt):
+        trio.run(listen, args.secret, args.host, args.port)
+
+
+def cmd_doctor(args: argparse.Namespace) -> None:
+    from web.doctor import diagnose
+
+    cfg = _config(args)
+    findings = diagnose(cfg.data_dir, _now(), cfg.map_size)
+    if args.json:
+        _print([f.to_json() for f in findings])
+    else:
+        for f in findings:
+            print(f"{f.verdict.upper():4}  {f.check}: {f.detail}")
+            if f.remedy:
+                print(f"      -> {f.remedy}")
+    if any(f.verdict == "fail" for f in findings):
+        sys.exit(1)
+
+
 def _add_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", dest="data_dir", help="data directory (SVC_DATA_DIR)")
     p.add_argument("--map-size", dest="map_size", type=config_mod.SETTINGS[4].parse,
@@ -235,6 +261,20 @@ def parser() -> argparse.ArgumentParser:
     _add_data(bk)
     bk.add_argument("dest")
     bk.set_defaults(fn=cmd_backup)
+
+    dr = sub.add_parser("doctor", help="check a data dir and say what to do")
+    _add_data(dr)
+    dr.add_argument("--json", action="store_true")
+    dr.set_defaults(fn=cmd_doctor)
+
+    wh = sub.add_parser("webhooks", help="webhook tools")
+    whsub = wh.add_subparsers(dest="webhooks_cmd", required=True)
+    wl = whsub.add_parser("listen", help="a sample receiver that verifies and prints "
+                          "each delivery (401 on a bad signature or timestamp)")
+    wl.add_argument("--secret", required=True, help="the endpoint's whsec_ signing secret")
+    wl.add_argument("--port", type=int, default=9000)
+    wl.add_argument("--host", default="127.0.0.1")
+    wh.set_defaults(fn=cmd_webhooks)
     return p
 
 

@@ -19,6 +19,8 @@ from typing import Any
 from svc_engine.errors import Overloaded, SvcError
 from web import logs
 from web.api import Api
+from web.auth import RateLimiter
+from web.client_facts import ClientFacts
 from web.http import Receive, Request, Response, Scope, Send, error_response, json_response
 from web.redirector import Redirector
 from web.services import Services
@@ -38,6 +40,10 @@ class Front:
         self.in_flight = 0
         self.max_in_flight = services.config.max_in_flight
         self.access_log = services.config.access_log
+        Request.body_timeout_s = float(services.config.body_timeout_s)
+        self.client_limiter = RateLimiter(services.config.rate_limit_per_client)
+        self.client_ip = ClientFacts(services.config, services.server_secret).client_ip
+        self.tls = bool(services.config.certfile)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -50,7 +56,7 @@ class Front:
         start = time.perf_counter()
         path: str = scope["path"]
         if self.dashboard is not None and (path == "/dashboard" or path.startswith("/dashboard/")):
-            await self.dashboard(scope, receive, send)
+            await self.dashboard(scope, receive, _with_hsts(send) if self.tls else send)
             self._log(scope, 0, start)
             return
         req = Request(scope, receive)
@@ -68,6 +74,9 @@ class Front:
     async def _dispatch(self, req: Request) -> Response:
         try:
             if req.path.startswith("/v1/") or req.path == "/v1":
+                who = self.client_ip(req)
+                if who is not None:
+                    self.client_limiter.check(who.encode(), self.services.clock.now_ms())
                 return await self.api.handle(req)
             if req.path == "/healthz":
                 return json_response(200, {"status": "ok"})
@@ -86,6 +95,20 @@ class Front:
         if self.access_log:
             logs.access_line(scope["method"], scope["path"], status,
                              (time.perf_counter() - start) * 1000)
+
+
+HSTS = (b"strict-transport-security", b"max-age=31536000; includeSubDomains")
+
+
+def _with_hsts(send: Send) -> Send:
+    """The dashboard over HTTPS tells browsers to never use plain HTTP."""
+
+    async def wrapped(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), HSTS]}
+        await send(message)
+
+    return wrapped
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

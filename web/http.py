@@ -8,11 +8,13 @@ actual body over the limit is 413 ``payload_too_large`` without reading more.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
+import trio
 
 from svc_engine.errors import (
     CallerError,
@@ -20,6 +22,7 @@ from svc_engine.errors import (
     Overloaded,
     PayloadTooLarge,
     RateLimited,
+    RequestTimeout,
     SvcError,
     UnsupportedMediaType,
     ValidationError,
@@ -29,6 +32,7 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 JSON_TYPE = "application/json"
+log = logging.getLogger("svc.web")
 MAX_JSON_DEPTH = 32
 
 
@@ -66,9 +70,17 @@ class Request:
         except UnicodeDecodeError:
             raise ValidationError("the query string is not valid UTF-8") from None
 
+    body_timeout_s: float = 30.0
+
     async def body(self, limit: int) -> bytes:
+        """The whole body, at most ``limit`` bytes, within ``body_timeout_s``."""
         if self._body is not None:
             return self._body
+        with trio.move_on_after(self.body_timeout_s):
+            return await self._read_body(limit)
+        raise RequestTimeout("the request body did not arrive in time")
+
+    async def _read_body(self, limit: int) -> bytes:
         declared = self.header("content-length")
         if declared is not None:
             try:
@@ -92,8 +104,12 @@ class Request:
         self._body = b"".join(chunks)
         return self._body
 
-    async def json(self, limit: int) -> Any:
-        """Decode a JSON body; errors are 400 (415 for a non-JSON content type)."""
+    async def json(self, limit: int, *, depth_checked: bool = True) -> Any:
+        """Decode a JSON body; errors are 400 (415 for a non-JSON content type).
+
+        ``depth_checked=False`` skips the nesting walk (about 3 µs per hundred
+        values) for a parser that bounds nesting itself, such as the events
+        batch's; orjson refuses documents nested over 1024 levels anyway."""
         body = await self.body(limit)
         ctype = (self.header("content-type") or "").split(";")[0].strip().lower()
         if ctype and ctype != JSON_TYPE and not ctype.endswith("+json"):
@@ -104,7 +120,7 @@ class Request:
             value = orjson.loads(body)
         except orjson.JSONDecodeError:
             raise ValidationError("the request body is not valid JSON (UTF-8)") from None
-        if _depth(value) > MAX_JSON_DEPTH:
+        if depth_checked and _depth(value) > MAX_JSON_DEPTH:
             raise ValidationError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
         return value
 
@@ -137,6 +153,43 @@ class Response:
         headers = [*self.headers, (b"content-length", str(len(self.body)).encode())]
         await send({"type": "http.response.start", "status": self.status, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if head else self.body})
+
+
+class StreamResponse(Response):
+    """A response whose body is produced while it is sent, chunk by chunk.
+
+    ``chunks`` is a (synchronous) iterable of byte strings; each non-empty one
+    goes out as an ASGI body message with ``more_body``, so the server sends it
+    with chunked transfer encoding and applies backpressure between chunks.
+    The producer reads its source a bounded page at a time, so memory stays
+    constant however long the body. An error after the first chunk cannot
+    change the status any more: it is logged and the connection is cut, so the
+    client sees a truncated body rather than a complete-looking one."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, status: int, chunks: Iterable[bytes],
+                 headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+        super().__init__(status, b"", headers)
+        self.chunks = chunks
+
+    async def send(self, send: Send, *, head: bool = False) -> None:
+        await send({"type": "http.response.start", "status": self.status,
+                    "headers": self.headers})
+        if not head:
+            try:
+                for chunk in self.chunks:
+                    if chunk:
+                        await send({"type": "http.response.body", "body": chunk,
+                                    "more_body": True})
+            except Exception:
+                log.exception("streamed response failed after it started")
+                raise
+            finally:
+                close = getattr(self.chunks, "close", None)
+                if close is not None:
+                    close()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def json_response(status: int, value: Any, headers: Iterable[tuple[bytes, bytes]] = ()

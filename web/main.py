@@ -25,7 +25,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from actors.clock import Clock, SystemClock
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
-from web import logs, tenancy
+from web import connection_cap, logs, tenancy
 from web.assembly import build_front, start_services
 from web.front import Front
 from web.services import system_random
@@ -104,6 +104,7 @@ async def _serve_with_store(config: Config, store: LmdbStore, clock: Clock, boot
 async def _serve_http(front: Front, config: Config, stop: trio.Event, *,
                       task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
                       ) -> None:
+    connection_cap.install(config.max_connections)
     await hypercorn_serve(front, hypercorn_config(config),  # type: ignore[arg-type]
                           shutdown_trigger=stop.wait, task_status=task_status)
 

@@ -1,0 +1,190 @@
+"""Hostile clients against the real process: huge headers, slow clients,
+connection floods, oversized and malformed bodies, bad Host and Authorization
+headers. Each gets a clean 4xx or a closed connection; the service keeps
+serving everyone else."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import time
+from typing import Any
+
+import httpx
+import pytest
+import trustme
+
+from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+
+def _port(srv: ServerProcess) -> int:
+    return int(srv.url.rsplit(":", 1)[1])
+
+
+def _raw(srv: ServerProcess, payload: bytes, *, wait: float = 3.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", _port(srv)), timeout=wait) as s:
+        s.sendall(payload)
+        chunks = []
+        try:
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                chunks.append(data)
+        except TimeoutError:
+            pass
+    return b"".join(chunks)
+
+
+def _healthy(srv: ServerProcess, within: float = 3) -> None:
+    deadline = time.monotonic() + within
+    with srv.client() as c:
+        while True:
+            status = c.get("/healthz").status_code
+            if status == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    assert status == 200
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One server for the tests that change nothing lasting."""
+    base = tmp_path_factory.mktemp("hostile")
+    srv = ServerProcess(str(base / "data"), log_dir=str(base)).start()
+    yield srv
+    srv.kill()
+
+
+def test_huge_headers_are_refused(shared: ServerProcess) -> None:
+    srv = shared
+    big = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n"
+    answer = _raw(srv, big)
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 4")
+    _healthy(srv)
+
+
+@pytest.mark.parametrize("auth", ["Bearer " + "x" * 10_000, "Bearer sk_test_\x00\x01",
+                                  "Bearer pk_test_" + "é" * 32, "Digest abc"])
+def test_malformed_authorization(shared: ServerProcess, auth: str) -> None:
+    srv = shared
+    request = (b"GET /v1/deferred/settings HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+               b"Authorization: "
+               + auth.encode("utf-8") + b"\r\n\r\n")
+    answer = _raw(srv, request)
+    assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 401")) or answer == b""
+    _healthy(srv)
+
+
+@pytest.mark.parametrize("host", [b"", b"\xff\xfe", b"a" * 5000, b"evil.example:99999",
+                                  b"[::1", b"x y"])
+def test_odd_host_headers(shared: ServerProcess, host: bytes) -> None:
+    srv = shared
+    answer = _raw(srv, b"GET /someslug HTTP/1.1\r\nConnection: close\r\nHost: " + host
+                  + b"\r\n\r\n")
+    assert answer == b"" or answer.split(b" ")[1][:1] == b"4", answer[:80]
+    _healthy(srv)
+
+
+def test_invalid_utf8_and_bad_idempotency_keys(shared: ServerProcess) -> None:
+    srv = shared
+    with srv.client("sk_test") as c:
+        r = c.patch("/v1/deferred/settings", content=b'{"iosLandingPage": "\xff"}')
+        assert r.status_code == 400
+        r = c.patch("/v1/deferred/settings", json={}, headers={"idempotency-key": "a b"})
+        assert r.status_code == 400
+        r = c.patch("/v1/deferred/settings", json={},
+                    headers={"idempotency-key": "k" * 256})
+        assert r.status_code == 400
+        r = c.post("/v1/sdk/links", content=b"[" * 200_000)
+        assert r.status_code in (400, 403)
+    _healthy(srv)
+
+
+def test_slow_body_gets_408_and_others_are_served(server_factory: type[ServerProcess]) -> None:
+    srv = server_factory(env={"SVC_BODY_TIMEOUT": "1"}).start()
+    key = srv.info["keys"]["sk_test"]
+    with socket.create_connection(("127.0.0.1", _port(srv)), timeout=5) as s:
+        s.sendall(b"PATCH /v1/deferred/settings HTTP/1.1\r\nHost: x\r\n"
+                  b"Authorization: Bearer " + key.encode() + b"\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        _healthy(srv)  # the slow client blocks nobody
+        answer = b""
+        while b"request_timeout" not in answer:
+            data = s.recv(65536)
+            if not data:
+                break
+            answer += data
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:60]
+    assert b"request_timeout" in answer
+
+
+def test_slowloris_headers_are_cut_off(shared: ServerProcess) -> None:
+    srv = shared
+    with socket.create_connection(("127.0.0.1", _port(srv)), timeout=10) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        closed = False
+        while time.monotonic() - started < 9:
+            try:
+                s.sendall(b"X-Drip: 1\r\n")
+            except OSError:
+                closed = True
+                break
+            try:
+                s.settimeout(1)
+                if s.recv(1024) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+    assert closed, "a client dripping headers must be disconnected"
+    _healthy(srv)
+
+
+def test_connection_flood_is_capped(server_factory: type[ServerProcess]) -> None:
+    srv = server_factory(env={"SVC_MAX_CONNECTIONS": "8"}).start()
+    held = [socket.create_connection(("127.0.0.1", _port(srv))) for _ in range(8)]
+    try:
+        time.sleep(0.3)
+        answer = _raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in answer
+    finally:
+        for s in held:
+            s.close()
+    # Hypercorn notices a closed, never-used connection only when its 5 s
+    # keep-alive timer fires; then the slot is free again.
+    _healthy(srv, within=8)
+
+
+def test_per_client_rate_limit(server_factory: type[ServerProcess]) -> None:
+    srv = server_factory(env={"SVC_RATE_LIMIT_PER_CLIENT": "5"}).start()
+    with srv.client() as c:
+        codes = [c.get("/v1/deferred/settings").status_code for _ in range(20)]
+        assert 429 in codes and codes[0] == 401
+        r = next(c.get("/v1/deferred/settings") for _ in range(1))
+        if r.status_code == 429:
+            assert int(r.headers["retry-after"]) >= 1
+        assert c.get("/healthz").status_code == 200  # only the API is limited
+
+
+def test_https_with_trustme_and_hsts_on_the_dashboard(server_factory: type[ServerProcess],
+                                                      tmp_path: Any) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    certfile, keyfile = os.path.join(tmp_path, "cert.pem"), os.path.join(tmp_path, "key.pem")
+    cert.private_key_and_cert_chain_pem.write_to_path(certfile)
+    cert.private_key_pem.write_to_path(keyfile)
+    srv = server_factory(extra_args=("--certfile", certfile, "--keyfile", keyfile)).start()
+    assert srv.url.startswith("https://")
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    with httpx.Client(base_url=srv.url, verify=ctx) as c:
+        assert c.get("/healthz").status_code == 200
+        dash = c.get("/dashboard", follow_redirects=False)
+        assert dash.headers.get("strict-transport-security", "").startswith("max-age=")
+    with pytest.raises(httpx.ConnectError), httpx.Client(base_url=srv.url) as c:
+        c.get("/healthz")  # an untrusted certificate is refused by a default client

@@ -1,0 +1,132 @@
+"""``svc doctor``: check a data dir and say what to do.
+
+Checks, each with a verdict (ok, warn, fail) and a remedy:
+
+- the data dir opens, and its schema version is one this svc knows;
+- how full the LMDB map is (warn from 80 %, fail from 95 %);
+- the server secret exists (it keys network hashes and dashboard CSRF);
+- deadlines: how many, and how many are overdue (overdue ones fire at start);
+- webhook deliveries waiting (Queued, Sending, Retrying) and events in the
+  outbox not yet turned into deliveries;
+- whether a bootstrap organization exists.
+
+Safe while the service runs: it only reads (one read transaction).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import attrs
+import cbor2
+import lmdb
+
+from storage import layout
+from storage.schema import SCHEMA_VERSION
+
+WARN_FULL = 0.80
+FAIL_FULL = 0.95
+WAITING = {"Queued", "Sending", "Retrying"}
+
+
+@attrs.frozen
+class Finding:
+    check: str
+    verdict: str  # ok, warn, fail
+    detail: str
+    remedy: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return attrs.asdict(self)
+
+
+def diagnose(path: str, now_ms: int, map_size: int) -> list[Finding]:
+    """``map_size`` is the one the service opens with (SVC_MAP_SIZE)."""
+    if not os.path.exists(os.path.join(path, "data.mdb")):
+        return [Finding("data dir", "fail", f"no LMDB data in {path}",
+                        "check --data / SVC_DATA_DIR, or start the service once to create it")]
+    try:
+        env = lmdb.open(path, readonly=True, lock=True, max_dbs=len(layout.DATABASES) + 16,
+                        subdir=True)
+    except lmdb.Error as e:
+        return [Finding("data dir", "fail", f"cannot open: {e}",
+                        "check permissions; restore from `svc backup` if the files are damaged")]
+    try:
+        return _checks(env, now_ms, map_size)
+    finally:
+        env.close()
+
+
+def _open(env: lmdb.Environment, name: bytes, txn: lmdb.Transaction) -> Any:
+    try:
+        return env.open_db(name, txn=txn, create=False)
+    except lmdb.NotFoundError:
+        return None
+
+
+def _count(txn: lmdb.Transaction, db: Any) -> int:
+    return 0 if db is None else int(txn.stat(db)["entries"])
+
+
+def _checks(env: lmdb.Environment, now_ms: int, map_size: int) -> list[Finding]:
+    out: list[Finding] = []
+    with env.begin() as txn:
+        meta = _open(env, b"meta", txn)
+        raw = txn.get(b"schema_version", db=meta) if meta is not None else None
+        version = int(bytes(raw).decode()) if raw is not None else None
+        if version is None:
+            out.append(Finding("schema", "fail", "no schema version recorded",
+                               "this is not an svc data dir, or it never finished opening"))
+        elif version > SCHEMA_VERSION:
+            out.append(Finding("schema", "fail", f"schema {version}, this svc knows "
+                               f"{SCHEMA_VERSION}", "upgrade svc before serving this data"))
+        else:
+            out.append(Finding("schema", "ok", f"schema {version}"))
+        info, stat = env.info(), env.stat()
+        used = (info["last_pgno"] + 1) * stat["psize"]
+        share = used / map_size
+        detail = f"{used / 2**20:.1f} MiB of {map_size / 2**20:.0f} MiB ({share:.0%})"
+        remedy = "stop the service and restart it with a larger SVC_MAP_SIZE"
+        verdict = "fail" if share >= FAIL_FULL else "warn" if share >= WARN_FULL else "ok"
+        out.append(Finding("map space", verdict, detail, remedy if verdict != "ok" else ""))
+        secret = txn.get(b"server_secret", db=meta) if meta is not None else None
+        out.append(Finding("server secret", "ok" if secret else "warn",
+                           "present" if secret else "missing",
+                           "" if secret else "start the service once; it creates the secret"))
+        deadlines = _open(env, b"deadlines", txn)
+        total = _count(txn, deadlines)
+        overdue = 0
+        if deadlines is not None:
+            for k in txn.cursor(db=deadlines).iternext(values=False):
+                if layout.from_ms(bytes(k)) > now_ms:
+                    break
+                overdue += 1
+        out.append(Finding("deadlines", "ok", f"{total} pending, {overdue} overdue"
+                           + (" (they fire when the service starts)" if overdue else "")))
+        waiting = _waiting_deliveries(txn, _open(env, b"deliveries", txn))
+        outbox = _count(txn, _open(env, b"outbox", txn))
+        verdict = "warn" if outbox > 10_000 else "ok"
+        out.append(Finding("webhooks", verdict,
+                           f"{waiting} deliveries waiting, {outbox} events not yet queued",
+                           "is the service running? the dispatcher drains the outbox"
+                           if verdict == "warn" else ""))
+        boot = txn.get(b"bootstrap", db=meta) if meta is not None else None
+        org = cbor2.loads(bytes(boot))["org_id"] if boot else None
+        out.append(Finding("bootstrap", "ok" if org else "warn",
+                           f"organization {org}" if org else "no bootstrap organization",
+                           "" if org else "run `svc bootstrap`"))
+    return out
+
+
+def _waiting_deliveries(txn: lmdb.Transaction, db: Any) -> int:
+    if db is None:
+        return 0
+    n = 0
+    for raw in txn.cursor(db=db).iternext(keys=False):
+        try:
+            status = cbor2.loads(bytes(raw)).get("status")
+        except (ValueError, AttributeError, cbor2.CBORDecodeError):
+            continue
+        n += status in WAITING
+    return n
