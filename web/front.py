@@ -56,8 +56,7 @@ class Front:
         start = time.perf_counter()
         path: str = scope["path"]
         if self.dashboard is not None and (path == "/dashboard" or path.startswith("/dashboard/")):
-            await self.dashboard(scope, receive, _with_hsts(send) if self.tls else send)
-            self._log(scope, 0, start)
+            await self._dashboard(scope, receive, send, start)
             return
         req = Request(scope, receive)
         if self.in_flight >= self.max_in_flight:
@@ -70,6 +69,32 @@ class Front:
                 self.in_flight -= 1
         await resp.send(send, head=req.method == "HEAD")
         self._log(scope, resp.status, start)
+
+    async def _dashboard(self, scope: Scope, receive: Receive, send: Send, start: float) -> None:
+        """The Quart-Trio dashboard, under the same admission limit, with its
+        status in the access log and HSTS when served over TLS."""
+        assert self.dashboard is not None
+        if self.in_flight >= self.max_in_flight:
+            await error_response(Overloaded("the service is at capacity; retry shortly")
+                                 ).send(send)
+            self._log(scope, 503, start)
+            return
+        status = 0
+
+        async def watched(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                if self.tls:
+                    message = {**message, "headers": [*message.get("headers", []), HSTS]}
+            await send(message)
+
+        self.in_flight += 1
+        try:
+            await self.dashboard(scope, receive, watched)
+        finally:
+            self.in_flight -= 1
+            self._log(scope, status, start)
 
     async def _dispatch(self, req: Request) -> Response:
         try:
@@ -98,17 +123,6 @@ class Front:
 
 
 HSTS = (b"strict-transport-security", b"max-age=31536000; includeSubDomains")
-
-
-def _with_hsts(send: Send) -> Send:
-    """The dashboard over HTTPS tells browsers to never use plain HTTP."""
-
-    async def wrapped(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), HSTS]}
-        await send(message)
-
-    return wrapped
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
