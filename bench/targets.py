@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bench.events_bench import EVENTS_TARGETS
 from bench.results import H11_302, HYPERCORN_302
 from bench.service_targets import INIT_TARGETS, REDIRECT_TARGETS
 from bench.target import Target
@@ -47,7 +48,7 @@ BASELINE_TARGETS: tuple[Target, ...] = (
     ),
 )
 
-SERVICE_TARGETS: tuple[Target, ...] = REDIRECT_TARGETS + INIT_TARGETS
+SERVICE_TARGETS: tuple[Target, ...] = REDIRECT_TARGETS + INIT_TARGETS + EVENTS_TARGETS
 """The service's paths; add new ones here."""
 
 

@@ -46,7 +46,7 @@ DATABASES = (
     b"tokens_by_time",   # expires ms | token -> b"" (expiry sweep)
     b"opens",            # project | mode | ms | open id -> Open
     b"events",           # project | mode | ms | event id -> SdkEvent
-    b"event_ids",        # project | mode | event id -> ms (deduplication)
+    b"event_ids",        # project | mode | install id | event id -> ms (deduplication)
     b"counters",         # analytics counter key -> CBOR number or decimal string
     b"endpoints",        # project | mode | endpoint id -> Endpoint
     b"deliveries",       # delivery id -> Delivery

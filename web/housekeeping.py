@@ -6,6 +6,9 @@
 | attribution_sweep| 10 min | click-window entries (and their network hashes) older    |
 |                  |        | than the longest window (6 h, so hashes never pass 7 h), |
 |                  |        | tokens and handoffs past their expiry                    |
+| events_retention | 1 day  | raw custom events received more than                     |
+|                  |        | ``event_retention_days`` ago, with their dedup entries   |
+|                  |        | (aggregates stay; below 1 day: raw events are kept)      |
 
 Expiry itself is exact without the sweeps: a token or handoff is judged
 against its ``expires_at_ms`` when used, and a window tap against the window.
@@ -22,6 +25,7 @@ import attrs
 import trio
 
 from actors.mailbox import Mailbox
+from storage.events_store import EventsStore
 from svc_engine.deadlines import Deadline
 from svc_engine.idempotency import RETENTION_MS
 from web.services import Services
@@ -29,6 +33,7 @@ from web.services import Services
 log = logging.getLogger("svc.housekeeping")
 IDEM_SWEEP = "idem_sweep"
 ATTRIBUTION_SWEEP = "attribution_sweep"
+EVENTS_RETENTION = "events_retention"
 
 
 @attrs.define
@@ -43,7 +48,14 @@ class Housekeeper:
             IDEM_SWEEP: (3_600_000,
                          lambda now: store.purge_responses(now - RETENTION_MS, 10_000)),
             ATTRIBUTION_SWEEP: (600_000, attribution.sweep),
+            EVENTS_RETENTION: (86_400_000, self._purge_events),
         }
+
+    async def _purge_events(self, now_ms: int) -> int:
+        days = self.services.config.event_retention_days
+        if days < 1:
+            return 0
+        return await EventsStore(self.services.store).purge(now_ms - days * 86_400_000)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         persisted = {d.kind for d in self.services.store.load_deadlines()}

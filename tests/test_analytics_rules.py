@@ -1,0 +1,174 @@
+"""Pure analytics rules (svc_engine/analytics.py) and the fast paths of the
+events parser, checked against the slower reference implementations they
+replaced."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from svc_engine.analytics import (
+    CounterRow,
+    DayRange,
+    funnel,
+    metric_summary,
+    parse_day_range,
+    revenue_summary,
+)
+from svc_engine.errors import ValidationError
+from svc_engine.events import Metric
+from svc_engine.ids import is_uuid
+from svc_engine.sdk_requests import parse_timestamp_ms
+
+NOW = 1_790_000_000_000  # 2026-09-21T...Z
+
+
+def test_day_range_defaults_to_thirty_days_ending_today() -> None:
+    r = parse_day_range(None, None, now_ms=NOW)
+    assert r.last == "2026-09-21" and len(r.days()) == 30 and r.first == "2026-08-23"
+    assert r.end_ms - r.start_ms == 30 * 86_400_000
+
+
+@pytest.mark.parametrize(("first", "last", "field"), [
+    ("2026-02-30", None, "from"), ("2026-1-01", None, "from"), (None, "soon", "to"),
+    ("2026-09-10", "2026-09-01", "from"), ("1969-12-31", "1970-01-01", "from"),
+    ("2025-01-01", "2026-01-02", "from"),
+])
+def test_day_range_refusals(first: str | None, last: str | None, field: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        parse_day_range(first, last, now_ms=NOW)
+    assert e.value.field == field
+
+
+def test_day_range_limits() -> None:
+    assert len(parse_day_range("2025-01-01", "2026-01-01", now_ms=NOW).days()) == 366
+    assert parse_day_range("2000-01-01", "2026-01-01", now_ms=NOW, max_days=None).first == \
+        "2000-01-01"
+    one = DayRange("2026-03-01", "2026-03-01")
+    assert one.days() == ["2026-03-01"] and one.to_json() == {"from": "2026-03-01",
+                                                             "to": "2026-03-01"}
+
+
+def test_metric_summary_adds_up() -> None:
+    rows = [("2026-01-01", "total", "", 3), ("2026-01-01", "platform", "ios", 2),
+            ("2026-01-01", "platform", "android", 1), ("2026-01-02", "total", "", 1),
+            ("2026-01-02", "platform", "ios", 1), ("2026-01-02", "country", "SE", 1),
+            ("2026-01-01", "country", "SE", 1), ("2026-01-01", "country", "unknown", 2),
+            ("2026-01-02", "referrer", "direct", 1), ("2026-01-01", "referrer", "a.example", 3),
+            ("2026-01-02", "bogus", "x", 9)]
+    s = metric_summary(Metric.CLICKS, rows, ["2026-01-01", "2026-01-02", "2026-01-03"])
+    assert s == {"total": 4, "byDay": {"2026-01-01": 3, "2026-01-02": 1, "2026-01-03": 0},
+                 "byPlatform": {"ios": 3, "android": 1}, "byCountry": {"SE": 2, "unknown": 2},
+                 "byReferrer": {"a.example": 3, "direct": 1}}
+    assert list(s["byPlatform"]) == ["ios", "android"]  # largest first
+
+
+def test_installs_and_opens_extras() -> None:
+    days = ["2026-01-01"]
+    installs = metric_summary(Metric.INSTALLS, [
+        ("2026-01-01", "total", "", 3), ("2026-01-01", "confidence", "unattributed", 2),
+        ("2026-01-01", "confidence", "deterministic", 1)], days)
+    assert installs["unattributed"] == 2
+    opens = metric_summary(Metric.OPENS, [
+        ("2026-01-01", "total", "", 2), ("2026-01-01", "method", "authenticated_handoff", 1),
+        ("2026-01-01", "method", "app_link", 1)], days)
+    assert opens["handoff"] == {"total": 1, "byDay": {"2026-01-01": 1}}
+
+
+def test_revenue_sums_exactly_per_currency() -> None:
+    rows: list[CounterRow] = [
+        ("2026-01-01", "currency", "USD", "0.1"), ("2026-01-02", "currency", "USD", "0.2"),
+            ("2026-01-01", "currency", "EUR", "-3"), ("2026-01-01", "currency", "SEK", "bad"),
+            ("2026-01-01", "total", "", 5)]
+    assert revenue_summary(rows) == {"EUR": "-3", "USD": "0.3"}
+
+
+def test_funnel_order_and_zeroes() -> None:
+    got = funnel({Metric.CLICKS: 5, Metric.CONVERSIONS: 1})
+    assert list(got.items()) == [("clicks", 5), ("installs", 0), ("opens", 0),
+                                 ("conversions", 1)]
+
+
+# --- the parser's fast paths match their references -----------------------------------
+
+
+def reference_is_uuid(value: object, *, v4: bool = False) -> bool:
+    if not isinstance(value, str) or len(value) != 36:
+        return False
+    try:
+        u = uuid.UUID(value)
+    except ValueError:
+        return False
+    return str(u) == value.lower() and (not v4 or u.version == 4)
+
+
+def reference_timestamp_ms(text: str) -> int | None:
+    import re
+
+    found = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+                         r"(?:([Zz])|([+-])(\d{2}):(\d{2}))", text, re.A)
+    if found is None:
+        return None
+    y, mo, d, h, mi, s, frac, zulu, sign, oh, om = found.groups()
+    try:
+        offset = dt.timedelta(0) if zulu else dt.timedelta(hours=int(oh), minutes=int(om))
+        tz = dt.timezone(-offset if sign == "-" else offset)
+        micros = int((frac or "").ljust(6, "0")[:6])
+        when = dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), micros, tzinfo=tz)
+        ms = (when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
+    except (ValueError, OverflowError):
+        return None
+    return ms if ms >= 0 else None
+
+
+HEX = "0123456789abcdefABCDEF"
+uuid_like = st.one_of(
+    st.uuids().map(str), st.uuids().map(lambda u: str(u).upper()),
+    st.text(alphabet=HEX + "-xg{} ", min_size=30, max_size=40),
+    st.builds(lambda u, i, c: str(u)[:i] + c + str(u)[i + 1:], st.uuids(),
+              st.integers(0, 35), st.sampled_from(list(HEX + "-_g "))))
+
+
+@given(uuid_like, st.booleans())
+def test_is_uuid_matches_the_uuid_module(value: str, v4: bool) -> None:
+    assert is_uuid(value, v4=v4) == reference_is_uuid(value, v4=v4)
+
+
+def test_is_uuid_examples() -> None:
+    assert is_uuid("6F1C6B1E-3C1A-4B7E-9D2A-0C5B8F3E2A10", v4=True)
+    assert not is_uuid("6f1c6b1e-3c1a-4b7e-7d2a-0c5b8f3e2a10", v4=True)  # variant 0xxx
+    assert is_uuid("6f1c6b1e-3c1a-1b7e-9d2a-0c5b8f3e2a10")
+    assert not is_uuid("6f1c6b1e3c1a4b7e9d2a0c5b8f3e2a10") and not is_uuid(None)
+
+
+def _digits(n: int, lo: int = 0, hi: int | None = None) -> st.SearchStrategy[str]:
+    top = hi if hi is not None else 10 ** n - 1
+    return st.integers(lo, top).map(lambda v: str(v).zfill(n))
+
+
+timestamps = st.builds(
+    lambda y, mo, d, h, mi, s, frac, tz: f"{y}-{mo}-{d}T{h}:{mi}:{s}{frac}{tz}",
+    _digits(4, 0, 9999), _digits(2, 0, 13), _digits(2, 0, 32), _digits(2, 0, 25),
+    _digits(2, 0, 61), _digits(2, 0, 61),
+    st.one_of(st.just(""), st.integers(1, 9).flatmap(lambda n: _digits(n).map(lambda x: "." + x))),
+    st.one_of(st.just("Z"), st.builds(lambda sg, a, b: f"{sg}{a}:{b}", st.sampled_from("+-"),
+                                      _digits(2, 0, 30), _digits(2, 0, 99))))
+
+
+@given(timestamps)
+def test_timestamps_match_the_datetime_reference(text: str) -> None:
+    assert parse_timestamp_ms(text) == reference_timestamp_ms(text)
+
+
+@pytest.mark.parametrize("text", [
+    "1970-01-01T00:00:00Z", "1970-01-01T00:00:00.0009Z", "1969-12-31T23:59:59.9995Z",
+    "1970-01-01T01:00:00+01:00", "2024-02-29T23:59:59.999999999-23:59", "2023-02-29T00:00:00Z",
+    "9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+05:00", "2026-01-01T24:00:00Z",
+    "2026-01-01T10:00:60Z", "2026-01-01T10:00:00+24:00", "2026-01-01T10:00:00+05:75",
+])
+def test_timestamp_edges_match(text: str) -> None:
+    assert parse_timestamp_ms(text) == reference_timestamp_ms(text)

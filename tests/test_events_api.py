@@ -1,0 +1,507 @@
+"""Custom events through the ASGI front: batch limits, validation that names the
+first bad event and field and stores nothing, deduplication inside and across
+batches, Idempotency-Key replays, unknown installs, and the analytics counts
+and exports after each step."""
+
+from __future__ import annotations
+
+import csv
+import io
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+
+from svc_engine.events import utc_day
+from svc_engine.links import iso_utc
+from tests.conftest import App
+from tests.deferred_helpers import ANDROID_UA, IOS_UA, PLATFORMS, SDK, init_body, new_install
+
+DAY_MS = 86_400_000
+
+
+def event(name: str = "purchase", *, link: str | None = None, at: str | None = None,
+          **properties: Any) -> dict[str, Any]:
+    e: dict[str, Any] = {"id": str(uuid.uuid4()), "name": name,
+                         "occurredAt": at or "2026-09-01T10:00:00Z"}
+    if properties:
+        e["properties"] = properties
+    if link is not None:
+        e["linkId"] = link
+    return e
+
+
+class Events:
+    """One project's SDK and server sides, with a registered install."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.install = new_install()
+        self.now = app.services.clock.now_ms()
+        self.today = utc_day(self.now)
+
+    async def start(self) -> Events:
+        async with self.app.client("pk_test", **SDK) as c:
+            r = await c.post("/v1/sdk/init", json=init_body(self.install, "android"))
+        assert r.status_code == 200
+        return self
+
+    def at(self, days_ago: int = 0) -> str:
+        return iso_utc(self.now - days_ago * DAY_MS)
+
+    async def send(self, events: list[dict[str, Any]], *, install: str | None = None,
+                   key: str | None = None, raw: object = None) -> tuple[int, Any, Any]:
+        body = raw if raw is not None else {"installId": install or self.install,
+                                            "events": events}
+        headers = {"idempotency-key": key} if key else {}
+        async with self.app.client("pk_test", **SDK, **headers) as c:
+            r = await c.post("/v1/sdk/events", content=orjson.dumps(body))
+        return r.status_code, r.json(), r
+
+    async def summary(self, **params: str) -> dict[str, Any]:
+        async with self.app.client("sk_test") as c:
+            r = await c.get("/v1/analytics/summary", params={"from": self.at(3)[:10],
+                                                              "to": self.today, **params})
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    async def conversions(self) -> int:
+        return int((await self.summary())["conversions"]["total"])
+
+    async def export(self, kind: str, fmt: str = "ndjson", **params: str) -> str:
+        async with self.app.client("sk_test") as c:
+            r = await c.get(f"/v1/export/{kind}", params={"format": fmt, "from": "2026-01-01",
+                                                          **params})
+        assert r.status_code == 200, r.text
+        return r.text
+
+    async def exported_ids(self) -> list[str]:
+        lines = (await self.export("conversions")).splitlines()
+        return [orjson.loads(line)["id"] for line in lines]
+
+
+@pytest.fixture
+async def ev(app: App) -> Events:
+    return await Events(app).start()
+
+
+def error(body: Any) -> tuple[str, str | None]:
+    return body["error"]["code"], body["error"].get("field")
+
+
+# --- batch limits ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("count", "status"), [(0, 400), (1, 200), (100, 200), (101, 400)])
+async def test_batch_limits(ev: Events, count: int, status: int) -> None:
+    sent = [event(at=ev.at()) for _ in range(count)]
+    code, body, _ = await ev.send(sent)
+    assert code == status
+    if status == 200:
+        assert body == {"accepted": count, "duplicates": 0}
+        assert await ev.conversions() == count
+        assert sorted(await ev.exported_ids()) == sorted(e["id"] for e in sent)
+    else:
+        assert error(body) == ("validation_error", "events")
+        assert await ev.conversions() == 0
+        assert await ev.exported_ids() == []
+
+
+@pytest.mark.parametrize(("length", "status"), [(0, 400), (1, 200), (100, 200), (101, 400)])
+async def test_name_lengths(ev: Events, length: int, status: int) -> None:
+    good = [event("ok", at=ev.at()), event("ok", at=ev.at())]
+    code, body, _ = await ev.send([*good, event("n" * length, at=ev.at())])
+    assert code == status
+    if status == 200:
+        assert body == {"accepted": 3, "duplicates": 0}
+        assert (await ev.summary())["conversions"]["byName"] == {"ok": 2, "n" * length: 1}
+    else:
+        # the first bad event and field are named, and nothing of the batch is stored
+        assert error(body) == ("validation_error", "events[2].name")
+        assert await ev.conversions() == 0
+        code, body, _ = await ev.send(good)
+        assert (code, body) == (200, {"accepted": 2, "duplicates": 0})
+
+
+async def test_non_uuid_link_id(ev: Events) -> None:
+    code, body, _ = await ev.send([event(at=ev.at()), event(link="not-a-uuid", at=ev.at())])
+    assert code == 400 and error(body) == ("validation_error", "events[1].linkId")
+    assert "events[1].linkId" in body["error"]["message"]
+    assert await ev.conversions() == 0
+
+
+@pytest.mark.parametrize("properties", [[1, 2], "text", 3, True])
+async def test_properties_that_are_not_an_object(ev: Events, properties: object) -> None:
+    bad = event(at=ev.at())
+    bad["properties"] = properties
+    code, body, _ = await ev.send([bad])
+    assert code == 400 and error(body) == ("validation_error", "events[0].properties")
+    assert await ev.conversions() == 0
+
+
+async def test_other_field_errors_name_the_first_bad_event(ev: Events) -> None:
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"id": "x"}, "events[1].id"),
+        ({"occurredAt": "yesterday"}, "events[1].occurredAt"),
+        ({"occurredAt": "2026-02-30T10:00:00Z"}, "events[1].occurredAt"),
+    ]
+    for change, field in cases:
+        bad = {**event(at=ev.at()), **change}
+        code, body, _ = await ev.send([event(at=ev.at()), bad, {"id": 1}])
+        assert (code, error(body)) == (400, ("validation_error", field))
+    code, body, _ = await ev.send([], raw={"installId": "nope", "events": [event()]})
+    assert (code, error(body)) == (400, ("validation_error", "installId"))
+    assert await ev.conversions() == 0
+
+
+# --- deduplication and idempotency -------------------------------------------------------
+
+
+async def test_duplicate_inside_one_batch(ev: Events) -> None:
+    a, b = event("a", at=ev.at()), event("b", at=ev.at())
+    copy = {**a, "name": "changed"}  # same id: a duplicate whatever it carries
+    code, body, _ = await ev.send([a, b, copy, a])
+    assert (code, body) == (200, {"accepted": 2, "duplicates": 2})
+    summary = await ev.summary()
+    assert summary["conversions"]["total"] == 2
+    assert summary["conversions"]["byName"] == {"a": 1, "b": 1}
+    assert sorted(await ev.exported_ids()) == sorted([a["id"], b["id"]])
+
+
+async def test_duplicate_across_two_batches(ev: Events) -> None:
+    a, b, c = (event(at=ev.at()) for _ in range(3))
+    assert (await ev.send([a, b]))[:2] == (200, {"accepted": 2, "duplicates": 0})
+    assert (await ev.send([b, c]))[:2] == (200, {"accepted": 1, "duplicates": 1})
+    assert (await ev.send([a, b, c]))[:2] == (200, {"accepted": 0, "duplicates": 3})
+    assert await ev.conversions() == 3
+    assert sorted(await ev.exported_ids()) == sorted(e["id"] for e in (a, b, c))
+
+
+async def test_same_batch_with_same_and_new_idempotency_key(ev: Events) -> None:
+    batch = [event(at=ev.at()) for _ in range(5)]
+    code, first, r1 = await ev.send(batch, key="flush-1")
+    assert (code, first) == (200, {"accepted": 5, "duplicates": 0})
+    code, _, r2 = await ev.send(batch, key="flush-1")
+    assert code == 200 and r2.content == r1.content
+    assert r2.headers["idempotent-replayed"] == "true"
+    assert await ev.conversions() == 5
+    code, again, r3 = await ev.send(batch, key="flush-2")
+    assert (code, again) == (200, {"accepted": 0, "duplicates": 5})
+    assert "idempotent-replayed" not in r3.headers
+    assert await ev.conversions() == 5
+    # the same key with another batch is refused, and stores nothing
+    code, body, _ = await ev.send([event(at=ev.at())], key="flush-1")
+    assert (code, error(body)[0]) == (409, "idempotency_key_reused")
+    assert await ev.conversions() == 5
+
+
+async def test_events_from_an_unknown_install(ev: Events) -> None:
+    code, body, _ = await ev.send([event(at=ev.at())], install=new_install())
+    assert (code, error(body)) == (404, ("install_not_found", None))
+    assert await ev.conversions() == 0
+    # another mode's install is unknown in this mode too
+    iid = new_install()
+    async with ev.app.client("pk_live", **SDK) as c:
+        assert (await c.post("/v1/sdk/init", json=init_body(iid, "ios"))).status_code == 200
+    code, body, _ = await ev.send([event(at=ev.at())], install=iid)
+    assert (code, error(body)[0]) == (404, "install_not_found")
+
+
+async def test_keys_of_the_wrong_kind(ev: Events) -> None:
+    async with ev.app.client("sk_test") as c:
+        r = await c.post("/v1/sdk/events", json={"installId": ev.install, "events": [event()]})
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "wrong_key_kind")
+    async with ev.app.client("pk_test") as c:
+        r = await c.get("/v1/analytics/summary")
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "wrong_key_kind")
+
+
+# --- what is stored -----------------------------------------------------------------------
+
+
+async def test_occurred_at_kept_as_sent_with_receive_time_beside_it(ev: Events) -> None:
+    sent_at = iso_utc(ev.now - 2 * DAY_MS).replace("Z", "456+02:00")  # 6 fraction digits
+    future = "2999-01-01T00:00:00Z"  # counted on arrival day, stored as sent
+    e1, e2 = event("x", at=sent_at, color="red"), event("y", at=future)
+    assert (await ev.send([e1, e2]))[0] == 200
+    rows = [orjson.loads(line) for line in (await ev.export("conversions")).splitlines()]
+    by_id = {row["id"]: row for row in rows}
+    assert by_id[e1["id"]]["occurredAt"] == sent_at
+    assert by_id[e2["id"]]["occurredAt"] == future
+    assert by_id[e1["id"]]["properties"] == {"color": "red"}
+    assert by_id[e1["id"]]["installId"] == ev.install and by_id[e1["id"]]["linkId"] is None
+    received = by_id[e1["id"]]["receivedAt"]
+    assert received.endswith("Z") and received[:10] == ev.today
+    days = {d: n for d, n in (await ev.summary())["conversions"]["byDay"].items() if n}
+    local_day = utc_day(ev.now - 2 * DAY_MS - 2 * 3_600_000)  # +02:00 is 2 h ahead of UTC
+    assert days == ({local_day: 1, ev.today: 1} if local_day != ev.today else {ev.today: 2})
+    stored = ev.app.services.store
+    from storage.events_store import EventsStore
+    from svc_engine.keys import Mode
+    got = EventsStore(stored).get(ev.app.project_id, Mode.TEST, ev.install, e1["id"])
+    assert got is not None and got.install_id == ev.install
+    assert orjson.loads(got.json)["occurredAt"] == sent_at
+
+
+async def test_revenue_per_currency_and_link_scope(ev: Events) -> None:
+    async with ev.app.client("sk_test") as c:
+        link = (await c.post("/v1/links", json={"path": "/p"})).json()
+    lid = link["id"]
+    batch = [event("purchase", link=lid, at=ev.at(), revenue=0.1, currency="USD"),
+             event("purchase", link=lid, at=ev.at(), revenue=0.2, currency="USD"),
+             event("purchase", at=ev.at(1), revenue=5, currency="EUR"),
+             event("refund", link=lid, at=ev.at(), revenue=-0.05, currency="USD"),
+             event("signup", link=lid, at=ev.at(), revenue="12", currency="USD"),  # no revenue
+             event("odd", at=ev.at(), revenue=3, currency="usd")]  # not ISO 4217 shaped
+    assert (await ev.send(batch))[:2] == (200, {"accepted": 6, "duplicates": 0})
+    project = (await ev.summary())["conversions"]
+    assert project["revenue"] == {"EUR": "5", "USD": "0.25"}
+    assert project["byName"] == {"purchase": 3, "odd": 1, "refund": 1, "signup": 1}
+    assert project["total"] == 6 == sum(project["byDay"].values())
+    assert project["byDay"][ev.today] == 5
+    one = (await ev.summary(linkId=lid))["conversions"]
+    assert one["total"] == 4 and one["revenue"] == {"USD": "0.25"}
+    assert one["byName"] == {"purchase": 2, "refund": 1, "signup": 1}
+    async with ev.app.client("sk_test") as c:
+        r = await c.get(f"/v1/analytics/links/{lid}",
+                        params={"from": ev.at(3)[:10], "to": ev.today})
+        assert r.json()["conversions"] == one
+        funnel = (await c.get(f"/v1/analytics/links/{lid}/funnel")).json()
+    assert funnel["conversions"] == 4 and funnel["linkId"] == lid
+
+
+async def test_outbox_gets_a_conversion_per_new_event_when_an_endpoint_exists(
+        store: Any) -> None:
+    from storage import layout
+    from storage.events_store import EventsStore, NewEvent
+    from svc_engine.installs import Install
+    from svc_engine.keys import Mode
+    from svc_engine.sdk_requests import parse_events_batch
+
+    project, iid = str(uuid.uuid4()), new_install()
+    install = Install(install_id=iid, project_id=project, mode=Mode.LIVE, platform="ios",
+                      created_at_ms=1)
+    from storage.codec import encode
+
+    await store.write(lambda txn: txn.put(layout.scope(project, "live") + layout.uid(iid),
+                                          encode(install), db=store.db(b"installs")))
+    events = EventsStore(store)
+
+    async def send(items: list[dict[str, Any]]) -> Any:
+        batch = parse_events_batch({"installId": iid, "events": items}, now_ms=10**13)
+        new = [NewEvent.of(e, occurred_at=raw["occurredAt"])
+               for e, raw in zip(batch.events, items, strict=True)]
+        return await events.record_batch(project_id=project, mode=Mode.LIVE, install_id=iid,
+                                         events=new, received_at_ms=10**13, idem=None)
+
+    first = await send([event("a")])
+    assert first.accepted == 1 and not first.published and store.read_outbox() == []
+    await store.write(lambda txn: txn.put(layout.scope(project, "live") + b"E" * 16, b"x",
+                                          db=store.db(b"endpoints")))
+    items = [event("b", currency="USD", revenue=2), event("c")]
+    result = await send([*items, items[0]])
+    assert (result.accepted, result.duplicates, result.published) == (2, 1, True)
+    queued = [ev for _, ev in store.read_outbox()]
+    assert sorted((q.type.value, q.id, q.mode, q.project_id) for q in queued) == sorted(
+        ("conversion", i["id"], "live", project) for i in items)
+    data = next(q.data for q in queued if q.id == items[0]["id"])
+    assert data["name"] == "b" and data["properties"] == {"currency": "USD", "revenue": 2}
+    assert data["installId"] == iid and data["occurredAt"] == "2026-09-01T10:00:00.000Z"
+    assert (await send(items)).published is False  # nothing new, nothing queued
+
+
+# --- analytics of clicks, installs and opens ---------------------------------------------------
+
+
+async def test_analytics_of_clicks_installs_opens_and_handoffs(ev: Events) -> None:
+    app = ev.app
+    async with app.client("sk_test") as c:
+        assert (await c.patch("/v1/platforms", json=PLATFORMS)).status_code == 200
+        link = (await c.post("/v1/links", json={"path": "/x"})).json()
+    lid = link["id"]
+    taps = [(IOS_UA, "SE", "https://news.example.com/a?b"), (ANDROID_UA, "NO", None),
+            (ANDROID_UA, "", "https://m.social.example/x")]
+    for ua, country, referrer in taps:
+        headers = {"user-agent": ua, "cf-ipcountry": country}
+        if referrer:
+            headers["referer"] = referrer
+        async with app.client(**headers) as c:
+            assert (await c.get(f"/{link['slug']}")).status_code in (200, 302)
+    ios = new_install()
+    async with app.client("pk_test", **SDK) as c:
+        assert (await c.post("/v1/sdk/init", json=init_body(ios, "ios"))).status_code == 200
+        r = await c.post("/v1/sdk/resolve", json={"url": link["url"], "installId": ios})
+        assert r.status_code == 200
+    async with app.client("sk_test") as c:
+        user = str(uuid.uuid4())
+        r = await c.post("/v1/handoffs", json={"linkId": lid, "userId": user})
+        assert r.status_code == 201
+    async with app.client("pk_test", **SDK) as c:
+        r = await c.post("/v1/sdk/handoffs/claim", json={"userId": user, "installId": ios})
+        assert r.json()["link"]["linkId"] == lid
+    project = await ev.summary()
+    clicks = project["clicks"]
+    assert clicks["total"] == 3 == sum(clicks["byDay"].values())
+    assert clicks["byPlatform"] == {"android": 2, "ios": 1}
+    assert clicks["byCountry"] == {"NO": 1, "SE": 1, "unknown": 1}
+    assert clicks["byReferrer"] == {"direct": 1, "m.social.example": 1, "news.example.com": 1}
+    installs = project["installs"]
+    assert installs["total"] == 2 and installs["unattributed"] == 2  # ev.install and ios
+    assert installs["byConfidence"] == {"unattributed": 2}
+    assert installs["byMethod"] == {"none": 2}
+    assert sum(installs["byPlatform"].values()) == installs["total"]
+    opens = project["opens"]
+    assert opens["total"] == 2
+    assert opens["byMethod"] == {"authenticated_handoff": 1, "universal_link": 1}
+    assert project["handoffOpens"]["total"] == 1
+    assert project["handoffOpens"]["byDay"][ev.today] == 1
+    for metric in ("clicks", "opens", "installs", "conversions"):
+        m = project[metric]
+        assert sum(m["byDay"].values()) == m["total"]
+        for name, breakdown in m.items():
+            if name.startswith("by") and name != "byDay":
+                assert sum(breakdown.values()) == m["total"], (metric, name)
+    one = await ev.summary(linkId=lid)
+    assert one["clicks"]["total"] == 3 and one["installs"]["total"] == 0  # none attributed
+    assert one["opens"]["total"] == 2
+    async with app.client("sk_test") as c:
+        funnel = (await c.get(f"/v1/analytics/links/{lid}/funnel")).json()
+    assert {k: funnel[k] for k in ("clicks", "installs", "opens", "conversions")} == {
+        "clicks": 3, "installs": 0, "opens": 2, "conversions": 0}
+    # exports of the same records
+    assert len((await ev.export("clicks")).splitlines()) == 3
+    assert "user-agent" not in (await ev.export("clicks")).lower()
+    opens_csv = list(csv.reader(io.StringIO(await ev.export("opens", "csv"))))
+    assert opens_csv[0] == ["id", "openedAt", "linkId", "installId", "platform", "method"]
+    assert sorted(row[5] for row in opens_csv[1:]) == ["authenticated_handoff", "universal_link"]
+    installs_csv = list(csv.reader(io.StringIO(await ev.export("installs", "csv"))))
+    assert len(installs_csv) == 3
+    assert {row[0] for row in installs_csv[1:]} == {ev.install, ios}
+    ios_row = next(r for r in installs_csv[1:] if r[0] == ios)
+    assert ios_row[4] == "deterministic" and ios_row[3] == lid  # upgraded by the handoff
+    assert ios_row[5] == "authenticated_handoff" and ios_row[6]
+
+
+async def test_analytics_query_validation(ev: Events) -> None:
+    async with ev.app.client("sk_test") as c:
+        for params, field in [({"from": "2026-13-01"}, "from"), ({"to": "tomorrow"}, "to"),
+                              ({"from": "2026-05-02", "to": "2026-05-01"}, "from"),
+                              ({"from": "2020-01-01", "to": "2026-01-01"}, "from"),
+                              ({"linkId": "x"}, "linkId")]:
+            r = await c.get("/v1/analytics/summary", params=params)
+            assert (r.status_code, r.json()["error"].get("field")) == (400, field), params
+        r = await c.get(f"/v1/analytics/links/{uuid.uuid4()}/funnel")
+        assert r.status_code == 404
+        r = await c.get("/v1/analytics/summary", params={"from": "2026-01-01", "to": "2026-01-01"})
+        body = r.json()
+        assert list(body["clicks"]["byDay"]) == ["2026-01-01"]
+        default = (await c.get("/v1/analytics/summary")).json()
+        assert len(default["conversions"]["byDay"]) == 30 and default["to"] == ev.today
+        r = await c.get("/v1/export/everything")
+        assert (r.status_code, r.json()["error"]["field"]) == (400, "kind")
+        r = await c.get("/v1/export/clicks", params={"format": "xml"})
+        assert (r.status_code, r.json()["error"]["field"]) == (400, "format")
+
+
+# --- exports ----------------------------------------------------------------------------------
+
+
+async def test_conversion_export_in_both_formats_over_many_pages(ev: Events) -> None:
+    sent: list[dict[str, Any]] = []
+    for i in range(6):
+        batch = [event(f"n{j % 3}", at=iso_utc(ev.now - DAY_MS + i * 1000 + j),
+                       n=j, tags=["a", "b"]) for j in range(100)]
+        assert (await ev.send(batch))[:2] == (200, {"accepted": 100, "duplicates": 0})
+        sent += batch
+    lines = (await ev.export("conversions")).splitlines()
+    assert [orjson.loads(x)["id"] for x in lines] == [e["id"] for e in sent]  # time order
+    first = orjson.loads(lines[0])
+    assert set(first) == {"id", "occurredAt", "receivedAt", "name", "linkId", "installId",
+                          "properties"}
+    assert first["properties"] == {"n": 0, "tags": ["a", "b"]}
+    rows = list(csv.DictReader(io.StringIO(await ev.export("conversions", "csv"))))
+    assert [r["id"] for r in rows] == [e["id"] for e in sent]
+    assert orjson.loads(rows[5]["properties"]) == {"n": 5, "tags": ["a", "b"]}
+    assert rows[5]["linkId"] == "" and rows[5]["name"] == "n2"
+    # the range filters by the day the event occurred
+    yesterday = utc_day(ev.now - DAY_MS)
+    expected = [e["id"] for e in sent if e["occurredAt"][:10] == yesterday]
+    exported = (await ev.export("conversions", **{"from": yesterday, "to": yesterday}))
+    assert [orjson.loads(x)["id"] for x in exported.splitlines()] == expected
+    older = utc_day(ev.now - 5 * DAY_MS)
+    assert await ev.export("conversions", **{"from": older, "to": older}) == ""
+    async with ev.app.client("sk_test") as c:
+        r = await c.get("/v1/export/conversions", params={"format": "csv"})
+    assert r.headers["content-type"].startswith("text/csv")
+    assert "attachment" in r.headers["content-disposition"]
+
+
+# --- retention ---------------------------------------------------------------------------------
+
+
+async def test_retention_purges_raw_events_and_keeps_aggregates(ev: Events) -> None:
+    from storage.events_store import EventsStore
+    from svc_engine.keys import Mode
+    from web.housekeeping import EVENTS_RETENTION, Housekeeper
+
+    old = [event(at=ev.at()) for _ in range(3)]
+    assert (await ev.send(old))[0] == 200
+    store = EventsStore(ev.app.services.store)
+    # nothing is older than the cutoff yet
+    assert await store.purge(ev.now - DAY_MS) == 0
+    # events received before the cutoff go, with their dedup entries, in bounded ops
+    assert await store.purge(ev.app.services.clock.now_ms() + 1, limit=2) == 3
+    assert await ev.exported_ids() == []
+    assert store.get(ev.app.project_id, Mode.TEST, ev.install, old[0]["id"]) is None
+    assert await ev.conversions() == 3  # aggregates are kept
+    assert EVENTS_RETENTION in Housekeeper(ev.app.services).jobs
+    # dedup holds as long as the raw event: a purged id is new again, a kept one is not
+    kept = event(at=ev.at())
+    assert (await ev.send([kept]))[:2] == (200, {"accepted": 1, "duplicates": 0})
+    code, body, _ = await ev.send([old[0], kept])
+    assert (code, body) == (200, {"accepted": 1, "duplicates": 1})
+
+
+async def test_purge_keeps_late_arrivals_for_their_whole_period(ev: Events) -> None:
+    from storage.events_store import EventsStore
+    from svc_engine.keys import Mode
+
+    store = EventsStore(ev.app.services.store)
+    late = event(at=iso_utc(ev.now - 200 * DAY_MS))  # occurred long ago, received now
+    assert (await ev.send([late]))[0] == 200
+    # the cutoff is past when it occurred, not when it was received: kept
+    assert await store.purge(ev.now - 90 * DAY_MS) == 0
+    assert store.get(ev.app.project_id, Mode.TEST, ev.install, late["id"]) is not None
+    assert (await ev.send([late]))[1] == {"accepted": 0, "duplicates": 1}
+
+
+async def test_dedup_is_per_install(ev: Events) -> None:
+    other = new_install()
+    async with ev.app.client("pk_test", **SDK) as c:
+        assert (await c.post("/v1/sdk/init", json=init_body(other, "ios"))).status_code == 200
+    e = event(at=ev.at())
+    assert (await ev.send([e]))[1] == {"accepted": 1, "duplicates": 0}
+    assert (await ev.send([e]))[1] == {"accepted": 0, "duplicates": 1}
+    # a working SDK never reuses an id across installs; if one did, both are kept
+    assert (await ev.send([e], install=other))[1] == {"accepted": 1, "duplicates": 0}
+
+
+# --- the benchmark's parse-only endpoint ------------------------------------------------------
+
+
+async def test_parse_only_endpoint_exists_only_when_asked(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    from web.front import Front
+
+    body = {"installId": new_install(), "events": [event(), event()]}
+    async with app.client() as c:
+        assert (await c.post("/v1/bench/parse-only", json=body)).status_code == 404
+    monkeypatch.setenv("SVC_BENCH_ENDPOINTS", "1")
+    front = Front(app.services)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=front),
+                                 base_url="http://svc.test") as c:
+        r = await c.post("/v1/bench/parse-only", json=body)
+    assert (r.status_code, r.json()) == (200, {"accepted": 2})

@@ -1,0 +1,223 @@
+"""Custom events, analytics and exports.
+
+SDK (publishable key):
+    POST /v1/sdk/events          {"installId", "events": [1..100 events]}
+                                 -> 200 {"accepted": N, "duplicates": M}
+Server (secret key; the key's project and mode):
+    GET  /v1/analytics/summary   ?from=YYYY-MM-DD&to=YYYY-MM-DD[&linkId=UUID]
+    GET  /v1/analytics/links/{id}          the same for one link
+    GET  /v1/analytics/links/{id}/funnel   ?from&to -> clicks, installs, opens, conversions
+    GET  /v1/export/{kind}       kind: clicks, installs, opens or conversions;
+                                 ?from&to&format=ndjson|csv, streamed
+Benchmark only (``SVC_BENCH_ENDPOINTS=1`` in the environment; never on by default):
+    POST /v1/bench/parse-only    decodes the JSON body with orjson, answers
+                                 {"accepted": <number of events>}; no key, no storage.
+                                 The events benchmark's baseline (bench/events_bench.py).
+
+The events batch is the hot path: the body is decoded once (orjson), validated
+(``parse_events_batch``; the first bad event and field named in a 400), each
+event encoded once as JSON bytes, and the batch stored by one write op
+(storage/events_store.py) whose commit is awaited before the answer, so an
+acknowledged event is durable. A batch is all or nothing: a malformed one
+stores nothing. Events whose ``linkId`` names no link of the project are
+stored and counted as given: the link may have been deleted since the tap,
+and refusing would make the SDK drop the whole batch.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from storage.analytics_store import AnalyticsStore
+from storage.events_store import BatchResult, EventsStore, NewEvent
+from svc_engine.analytics import MAX_RANGE_DAYS, DayRange, parse_day_range
+from svc_engine.errors import InstallNotFound, NotFound, ValidationError
+from svc_engine.ids import is_uuid
+from svc_engine.sdk_requests import parse_events_batch
+from web import export, openapi
+from web.auth import KeyContext
+from web.http import Request, Response, StreamResponse, json_response
+from web.idem import IdemSlot, json_render
+from web.openapi import UUID, Schema, op, path_param, query
+
+if TYPE_CHECKING:
+    from web.api import Api
+
+BENCH_ENV = "SVC_BENCH_ENDPOINTS"
+
+# -- the OpenAPI description of these routes (web/openapi.py EXTRA_PATHS) -------------------
+
+_DAY: Schema = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
+_RANGE = (query("from", _DAY), query("to", _DAY))
+_COUNTS: Schema = {"type": "object", "additionalProperties": {"type": "integer"}}
+_METRIC: Schema = {"type": "object", "required": ["total", "byDay"],
+                   "properties": {"total": {"type": "integer"}, "byDay": _COUNTS}}
+EVENTS_BATCH: Schema = {
+    "type": "object", "required": ["installId", "events"],
+    "properties": {
+        "installId": UUID,
+        "events": {"type": "array", "minItems": 1, "maxItems": 100, "items": {
+            "type": "object", "required": ["id", "name", "occurredAt"],
+            "properties": {
+                "id": UUID, "name": {"type": "string", "minLength": 1, "maxLength": 100},
+                "properties": {"type": ["object", "null"]},
+                "linkId": {"oneOf": [UUID, {"type": "null"}]},
+                "occurredAt": {"type": "string", "format": "date-time"}}}},
+    },
+}
+SUMMARY: Schema = {
+    "type": "object",
+    "required": ["from", "to", "mode", "linkId", "clicks", "opens", "handoffOpens",
+                 "installs", "conversions"],
+    "properties": {
+        "from": _DAY, "to": _DAY, "mode": {"enum": ["test", "live"]},
+        "linkId": {"oneOf": [UUID, {"type": "null"}]},
+        "clicks": _METRIC, "opens": _METRIC, "handoffOpens": _METRIC, "installs": _METRIC,
+        "conversions": {**_METRIC, "properties": {
+            **_METRIC["properties"], "byName": _COUNTS,
+            "revenue": {"type": "object", "additionalProperties": {"type": "string"}}}},
+    },
+}
+FUNNEL: Schema = {"type": "object",
+                  "required": ["linkId", "clicks", "installs", "opens", "conversions"],
+                  "properties": {"linkId": UUID, "clicks": {"type": "integer"},
+                                 "installs": {"type": "integer"}, "opens": {"type": "integer"},
+                                 "conversions": {"type": "integer"}}}
+_EXPORT = op("Clicks, installs, opens or conversions of a range of days, streamed",
+             key="server", errors=(400,),
+             params=(path_param("kind", {"enum": ["clicks", "installs", "opens",
+                                                  "conversions"]}),
+                     *_RANGE, query("format", {"enum": ["ndjson", "csv"]})))
+_EXPORT["responses"]["200"] = {"description": "one record a line", "content": {
+    "application/x-ndjson": {"schema": {"type": "string"}},
+    "text/csv": {"schema": {"type": "string"}}}}
+OPENAPI_PATHS: dict[str, dict[str, Any]] = {
+    "/v1/sdk/events": {"post": op(
+        "Report a batch of 1 to 100 custom events", key="sdk", body=EVENTS_BATCH,
+        answer={"type": "object", "required": ["accepted", "duplicates"], "properties": {
+            "accepted": {"type": "integer"}, "duplicates": {"type": "integer"}}},
+        errors=(404, 409), write=True)},
+    "/v1/analytics/summary": {"get": op(
+        "Counts of the project, or of one link, over a range of days", key="server",
+        answer=SUMMARY, errors=(400, 404), params=(*_RANGE, query("linkId", UUID)))},
+    "/v1/analytics/links/{id}": {"get": op(
+        "Counts of one link over a range of days", key="server", answer=SUMMARY,
+        errors=(400, 404), params=(path_param("id", UUID), *_RANGE))},
+    "/v1/analytics/links/{id}/funnel": {"get": op(
+        "A link's funnel: clicks, installs, opens, conversions", key="server", answer=FUNNEL,
+        errors=(400, 404), params=(path_param("id", UUID), *_RANGE))},
+    "/v1/export/{kind}": {"get": _EXPORT},
+}
+
+
+def validated(data: object, now_ms: int) -> tuple[str, list[NewEvent]]:
+    """The install id and the events of a batch body (decoded with orjson; the
+    parser bounds the nesting), each encoded for storage; 400 on the first bad
+    event and field."""
+    batch = parse_events_batch(data, now_ms=now_ms, encode_json=orjson.dumps)
+    assert isinstance(data, dict)  # the parser refuses anything else
+    return batch.install_id, [NewEvent.of(e, occurred_at=raw["occurredAt"])
+                              for e, raw in zip(batch.events, data["events"], strict=True)]
+
+
+def register(api: Api) -> None:
+    services = api.services
+    events = EventsStore(services.store)
+    analytics = AnalyticsStore(services.store)
+    ok = json_render(200)
+
+    def batch_json(value: object) -> object:
+        assert isinstance(value, BatchResult)
+        return value.to_json()
+
+    async def track(req: Request) -> Response:
+        ctx = api.sdk_auth(req)
+        body = await req.body(api.max_body)
+        now = services.clock.now_ms()
+        # The decoded body is not kept in this frame: it is freed before the
+        # write waits for its commit (see storage.events_store.NewEvent).
+        install_id, new = validated(await req.json(api.max_body, depth_checked=False), now)
+        if not events.has_install(ctx.project.id, ctx.mode, install_id):
+            raise InstallNotFound("this install has not reported a launch; "
+                                  "send events after POST /v1/sdk/init succeeded")
+
+        async def run(slot: IdemSlot) -> Response:
+            result = await events.record_batch(
+                project_id=ctx.project.id, mode=ctx.mode, install_id=install_id,
+                events=new, received_at_ms=now, idem=slot.write(lambda v: ok(batch_json(v))))
+            if result.published:
+                services.outbox_wakeup.notify()
+            return json_response(200, result.to_json())
+
+        return await api.idem.run(req, ctx.scope, body, run)
+
+    def day_range(req: Request, *, max_days: int | None) -> DayRange:
+        q = req.query()
+        return parse_day_range(q.get("from") or None, q.get("to") or None,
+                               now_ms=services.clock.now_ms(), max_days=max_days)
+
+    def own_link(ctx: KeyContext, link_id: str, field: str) -> str:
+        if not is_uuid(link_id):
+            raise ValidationError(f"{field}: a link id is a UUID", field=field)
+        link = services.links.get(link_id.lower())
+        if link is None or link.project_id != ctx.project.id or link.mode is not ctx.mode:
+            raise NotFound("no such link in this project and mode")
+        return link.id
+
+    async def summary(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        days = day_range(req, max_days=MAX_RANGE_DAYS)
+        link_id = req.query().get("linkId") or None
+        if link_id is not None:
+            link_id = own_link(ctx, link_id, "linkId")
+        return json_response(200, analytics.summary(ctx.project.id, ctx.mode, days, link_id))
+
+    async def link_summary(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        link_id = own_link(ctx, req.params["id"], "id")
+        days = day_range(req, max_days=MAX_RANGE_DAYS)
+        return json_response(200, analytics.summary(ctx.project.id, ctx.mode, days, link_id))
+
+    async def link_funnel(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        link_id = own_link(ctx, req.params["id"], "id")
+        days = day_range(req, max_days=MAX_RANGE_DAYS)
+        return json_response(200, analytics.funnel(ctx.project.id, ctx.mode, link_id, days))
+
+    async def export_records(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        kind = req.params["kind"]
+        fmt = req.query().get("format") or "ndjson"
+        export.check(kind, fmt)
+        days = day_range(req, max_days=None)
+        rows = export.pages(services.store, kind, ctx.project.id, ctx.mode, days.start_ms,
+                            days.end_ms)
+        extension = "ndjson" if fmt == "ndjson" else "csv"
+        filename = f"{kind}-{ctx.mode.value}-{days.first}-{days.last}.{extension}"
+        return StreamResponse(200, export.chunks(kind, fmt, rows), [
+            (b"content-type", export.FORMATS[fmt]),
+            (b"content-disposition", f'attachment; filename="{filename}"'.encode()),
+            (b"cache-control", b"no-store")])
+
+    async def parse_only(req: Request) -> Response:
+        data = orjson.loads(await req.body(api.max_body))
+        items = data.get("events") if isinstance(data, dict) else None
+        return json_response(200, {"accepted": len(items) if isinstance(items, list) else 0})
+
+    r = api.router
+    r.add("POST", "/v1/sdk/events", track)
+    r.add("GET", "/v1/analytics/summary", summary)
+    r.add("GET", "/v1/analytics/links/{id}", link_summary)
+    r.add("GET", "/v1/analytics/links/{id}/funnel", link_funnel)
+    r.add("GET", "/v1/export/{kind}", export_records)
+    openapi.EXTRA_PATHS.update(OPENAPI_PATHS)
+    if os.environ.get(BENCH_ENV) == "1":
+        r.add("POST", "/v1/bench/parse-only", parse_only)
+        openapi.EXTRA_PATHS["/v1/bench/parse-only"] = {"post": op(
+            "Benchmark baseline: decode the body, count its events (SVC_BENCH_ENDPOINTS=1)",
+            key=None, answer={"type": "object"})}
+    else:
+        openapi.EXTRA_PATHS.pop("/v1/bench/parse-only", None)
