@@ -12,6 +12,7 @@ import trio
 from actors.clock import Clock
 from actors.registry import Registry
 from actors.timer import TimerActor
+from actors.webhook_dispatch import start_webhooks
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
 from web.dashboard import create_dashboard
@@ -27,6 +28,10 @@ async def start_services(nursery: trio.Nursery, config: Config, store: LmdbStore
     services = Services(config=config, store=store, clock=clock, registry=registry,
                         timer=timer, server_secret=server_secret)
     await nursery.start(Housekeeper(services).run)
+    services.webhooks = await start_webhooks(
+        nursery, store=store, clock=clock, timer=timer, wakeup=services.outbox_wakeup,
+        random=services.random, allow=config.webhook_allow_cidrs,
+        ca_bundle=config.webhook_ca_bundle, retry_scale=config.webhook_retry_scale)
     # Handlers of every deadline kind are registered above; now load and run.
     await nursery.start(timer.run)
     return services

@@ -11,6 +11,7 @@ from actors.clock import Clock
 from actors.registry import Registry
 from actors.signal import Wakeup
 from actors.timer import TimerActor
+from actors.webhooks import WebhookActor
 from storage.attribution_store import AttributionStore
 from storage.links_store import LinksStore
 from storage.lmdb_store import LmdbStore
@@ -34,6 +35,8 @@ class Services:
     # Notified after a commit that appended to the outbox; the webhook
     # dispatcher waits on it (and also polls, so a missed notify only delays).
     outbox_wakeup: Wakeup = attrs.field(factory=Wakeup)
+    # The owner of webhook endpoints and deliveries (set by web/assembly.py).
+    webhooks: WebhookActor | None = None
     links: LinksStore = attrs.field(init=False)
     attribution: AttributionStore = attrs.field(init=False)
 

@@ -1,0 +1,58 @@
+"""Delivery history is kept 30 days: the daily purge, run inside the WebhookActor.
+
+A ``webhook_purge`` deadline fires once a day (the first one a day after the
+first start; each sweep persists the next). A sweep removes every delivery
+created 30 days ago or earlier, with its indexes and attempt deadline, and
+the body of any event no delivery refers to any more, in batches of 5,000 per
+write. A delivery whose attempt is under way right then is left for the next
+day's sweep.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import lmdb
+
+from storage.webhooks_store import Expired
+from svc_engine.deadlines import Deadline
+from svc_engine.webhook_delivery import HISTORY_MS
+
+if TYPE_CHECKING:
+    from actors.webhooks import WebhookActor
+
+PURGE_DEADLINE = "webhook_purge"
+PURGE_EVERY_MS = 86_400_000
+PURGE_BATCH = 5_000
+
+
+def first_purge(now_ms: int) -> Deadline:
+    return Deadline(now_ms + PURGE_EVERY_MS, PURGE_DEADLINE, "all")
+
+
+async def purge(actor: WebhookActor, deadline: Deadline) -> None:
+    now = actor.now_ms()
+    cutoff = now - HISTORY_MS + 1  # created at or before now - 30 days
+    await actor.settle()  # read after this actor's own writes
+    while True:
+        found = actor.tables.expired(cutoff, PURGE_BATCH)
+        doomed = [x for x in found if not actor.is_busy(x.delivery.id)]
+        if not doomed:
+            break
+
+        def op(txn: lmdb.Transaction, doomed: list[Expired] = doomed) -> None:
+            for x in doomed:
+                actor.tables.delete_delivery(txn, x.project_id, x.delivery)
+
+        await actor.write(op)
+        actor.count_purged(len(doomed))
+        if len(found) < PURGE_BATCH:
+            break
+    following = Deadline(now + PURGE_EVERY_MS, PURGE_DEADLINE, "all")
+
+    def reschedule(txn: lmdb.Transaction) -> None:
+        actor.tables.store.delete_deadline(txn, deadline)
+        actor.tables.store.put_deadline(txn, following)
+
+    await actor.write(reschedule)
+    actor.schedule(following)

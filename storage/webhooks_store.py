@@ -1,0 +1,253 @@
+"""Webhook endpoints, deliveries and delivery bodies in LMDB.
+
+Databases (storage/layout.py):
+
+- ``endpoints``: scope (project | mode) | endpoint id -> Endpoint
+- ``deliveries``: delivery id -> Delivery
+- ``deliveries_by_project``: scope | created ms | delivery id -> endpoint id
+  (the recent deliveries list of a mode, newest first by reverse scan)
+- ``deliveries_by_endpoint``: endpoint id | created ms | delivery id -> b""
+  (an endpoint's history: its filter, and deleting it)
+- ``deliveries_by_time``: created ms | delivery id -> project id (the 30-day purge)
+- ``deliveries_open``: endpoint id | delivery id -> b"" while Queued, Sending or
+  Retrying (restart recovery and turn on, without reading the whole history)
+- ``webhook_events``: scope | event id -> WebhookEvent: the body, once per
+  event, shared by its deliveries and removed with the last of them.
+
+A waiting delivery's next attempt is a persisted Deadline (kind
+``webhook_attempt``, ref = delivery id, due = ``next_attempt_at_ms``) written
+by ``save_delivery`` in the same transaction as the state that schedules it,
+and removed in the transaction that starts or settles the attempt.
+
+Only the WebhookActor writes these (the ops below run inside its writes); the
+API reads them directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import lmdb
+
+from storage import layout
+from storage.codec import decode, encode
+from storage.lmdb_store import LmdbStore
+from svc_engine.deadlines import Deadline
+from svc_engine.keys import Mode
+from svc_engine.webhook_delivery import Delivery, DeliveryStatus
+from svc_engine.webhook_records import Endpoint, WebhookEvent
+
+ATTEMPT_DEADLINE = "webhook_attempt"
+WAITING = (DeliveryStatus.QUEUED, DeliveryStatus.RETRYING)
+OPEN = (DeliveryStatus.QUEUED, DeliveryStatus.SENDING, DeliveryStatus.RETRYING)
+SCAN_CAP = 20_000
+"""Rows a filtered recent-deliveries listing reads at most before it stops."""
+
+
+def attempt_deadline(d: Delivery) -> Deadline | None:
+    """The deadline of a waiting delivery's next attempt (None when not waiting)."""
+    if d.status not in WAITING or d.next_attempt_at_ms is None:
+        return None
+    return Deadline(due_ms=d.next_attempt_at_ms, kind=ATTEMPT_DEADLINE, ref=d.id)
+
+
+@attrs.frozen
+class Expired:
+    delivery: Delivery
+    project_id: str
+
+
+class WebhookStore:
+    def __init__(self, store: LmdbStore) -> None:
+        self.store = store
+        self._endpoints = store.db(b"endpoints")
+        self._deliveries = store.db(b"deliveries")
+        self._by_project = store.db(b"deliveries_by_project")
+        self._by_endpoint = store.db(b"deliveries_by_endpoint")
+        self._by_time = store.db(b"deliveries_by_time")
+        self._open = store.db(b"deliveries_open")
+        self._events = store.db(b"webhook_events")
+
+    # -- keys -----------------------------------------------------------------
+
+    @staticmethod
+    def endpoint_key(project_id: str, mode: Mode, endpoint_id: str) -> bytes:
+        return layout.scope(project_id, mode.value) + layout.uid(endpoint_id)
+
+    @staticmethod
+    def event_key(project_id: str, mode: Mode, event_id: str) -> bytes:
+        return layout.scope(project_id, mode.value) + layout.uid(event_id)
+
+    # -- reads ----------------------------------------------------------------
+
+    def all_endpoints(self) -> list[Endpoint]:
+        return [decode(Endpoint, v) for _, v in self.store.scan(b"endpoints", b"")]
+
+    def endpoints(self, project_id: str, mode: Mode) -> list[Endpoint]:
+        rows = self.store.scan(b"endpoints", layout.scope(project_id, mode.value))
+        found = [decode(Endpoint, v) for _, v in rows]
+        return sorted(found, key=lambda e: (e.created_at_ms, e.id))
+
+    def endpoint(self, project_id: str, mode: Mode, endpoint_id: str) -> Endpoint | None:
+        with self.store.read() as txn:
+            raw = txn.get(self.endpoint_key(project_id, mode, endpoint_id), db=self._endpoints)
+        return decode(Endpoint, bytes(raw)) if raw is not None else None
+
+    def delivery(self, delivery_id: str) -> Delivery | None:
+        with self.store.read() as txn:
+            raw = txn.get(layout.uid(delivery_id), db=self._deliveries)
+        return decode(Delivery, bytes(raw)) if raw is not None else None
+
+    def event(self, project_id: str, mode: Mode, event_id: str) -> WebhookEvent | None:
+        with self.store.read() as txn:
+            raw = txn.get(self.event_key(project_id, mode, event_id), db=self._events)
+        return decode(WebhookEvent, bytes(raw)) if raw is not None else None
+
+    def open_deliveries(self, endpoint_id: str | None = None) -> list[Delivery]:
+        """Queued, Sending and Retrying deliveries (of one endpoint, or all)."""
+        prefix = layout.uid(endpoint_id) if endpoint_id is not None else b""
+        out: list[Delivery] = []
+        with self.store.read() as txn:
+            for key in _forward_keys(txn, self._open, prefix):
+                raw = txn.get(key[16:32], db=self._deliveries)
+                if raw is not None:
+                    out.append(decode(Delivery, bytes(raw)))
+        return out
+
+    def recent(self, project_id: str, mode: Mode, *, endpoint_id: str | None = None,
+               status: DeliveryStatus | None = None, limit: int = 50) -> list[Delivery]:
+        """The newest deliveries of a mode, optionally of one endpoint or status."""
+        if endpoint_id is not None:
+            db, prefix = self._by_endpoint, layout.uid(endpoint_id)
+        else:
+            db, prefix = self._by_project, layout.scope(project_id, mode.value)
+        out: list[Delivery] = []
+        with self.store.read() as txn:
+            for n, key in enumerate(_reverse_keys(txn, db, prefix)):
+                if n >= SCAN_CAP or len(out) >= limit:
+                    break
+                raw = txn.get(key[-16:], db=self._deliveries)
+                if raw is None:
+                    continue
+                d = decode(Delivery, bytes(raw))
+                if status is None or d.status is status:
+                    out.append(d)
+        return out
+
+    def expired(self, before_ms: int, limit: int) -> list[Expired]:
+        """Deliveries created before ``before_ms``, oldest first."""
+        out: list[Expired] = []
+        with self.store.read() as txn:
+            for key, value in txn.cursor(db=self._by_time).iternext():
+                key = bytes(key)
+                if len(out) >= limit or layout.from_ms(key) >= before_ms:
+                    break
+                raw = txn.get(key[8:24], db=self._deliveries)
+                if raw is not None:
+                    out.append(Expired(decode(Delivery, bytes(raw)),
+                                       layout.from_uid(bytes(value))))
+        return out
+
+    # -- writes (inside an op's transaction) ------------------------------------
+
+    def put_endpoint(self, txn: lmdb.Transaction, endpoint: Endpoint) -> None:
+        key = self.endpoint_key(endpoint.project_id, endpoint.mode, endpoint.id)
+        txn.put(key, encode(endpoint), db=self._endpoints)
+
+    def has_event(self, txn: lmdb.Transaction, project_id: str, mode: Mode,
+                  event_id: str) -> bool:
+        return txn.get(self.event_key(project_id, mode, event_id), db=self._events) is not None
+
+    def put_event(self, txn: lmdb.Transaction, event: WebhookEvent) -> None:
+        key = self.event_key(event.project_id, event.mode, event.id)
+        txn.put(key, encode(event), db=self._events)
+
+    def add_delivery(self, txn: lmdb.Transaction, project_id: str, d: Delivery) -> None:
+        """A new delivery with its indexes (and its deadline, if waiting)."""
+        did, at = layout.uid(d.id), layout.ms(d.created_at_ms)
+        eid = layout.uid(d.endpoint_id)
+        txn.put(layout.scope(project_id, d.mode.value) + at + did, eid, db=self._by_project)
+        txn.put(eid + at + did, b"", db=self._by_endpoint)
+        txn.put(at + did, layout.uid(project_id), db=self._by_time)
+        self.save_delivery(txn, None, d)
+
+    def save_delivery(self, txn: lmdb.Transaction, before: Delivery | None,
+                      after: Delivery) -> None:
+        """Store ``after``; move its open-index entry and attempt deadline along."""
+        did = layout.uid(after.id)
+        txn.put(did, encode(after), db=self._deliveries)
+        open_key = layout.uid(after.endpoint_id) + did
+        if after.status in OPEN:
+            txn.put(open_key, b"", db=self._open)
+        else:
+            txn.delete(open_key, db=self._open)
+        old = attempt_deadline(before) if before is not None else None
+        new = attempt_deadline(after)
+        if old is not None and old != new:
+            self.store.delete_deadline(txn, old)
+        if new is not None:
+            self.store.put_deadline(txn, new)
+
+    def delete_delivery(self, txn: lmdb.Transaction, project_id: str, d: Delivery) -> None:
+        """Remove a delivery, its indexes and deadline, and release its event."""
+        did, at = layout.uid(d.id), layout.ms(d.created_at_ms)
+        eid = layout.uid(d.endpoint_id)
+        txn.delete(did, db=self._deliveries)
+        txn.delete(layout.scope(project_id, d.mode.value) + at + did, db=self._by_project)
+        txn.delete(eid + at + did, db=self._by_endpoint)
+        txn.delete(at + did, db=self._by_time)
+        txn.delete(eid + did, db=self._open)
+        deadline = attempt_deadline(d)
+        if deadline is not None:
+            self.store.delete_deadline(txn, deadline)
+        self._release_event(txn, project_id, d.mode, d.event_id)
+
+    def _release_event(self, txn: lmdb.Transaction, project_id: str, mode: Mode,
+                       event_id: str) -> None:
+        key = self.event_key(project_id, mode, event_id)
+        raw = txn.get(key, db=self._events)
+        if raw is None:
+            return
+        event = decode(WebhookEvent, bytes(raw))
+        if event.refs <= 1:
+            txn.delete(key, db=self._events)
+        else:
+            txn.put(key, encode(attrs.evolve(event, refs=event.refs - 1)), db=self._events)
+
+    def delete_endpoint(self, txn: lmdb.Transaction, endpoint: Endpoint) -> int:
+        """Remove an endpoint and its whole delivery history; returns the count."""
+        eid = layout.uid(endpoint.id)
+        keys = [bytes(k) for k in _forward_keys(txn, self._by_endpoint, eid)]
+        for key in keys:
+            raw = txn.get(key[-16:], db=self._deliveries)
+            if raw is not None:
+                self.delete_delivery(txn, endpoint.project_id, decode(Delivery, bytes(raw)))
+            txn.delete(key, db=self._by_endpoint)
+        txn.delete(self.endpoint_key(endpoint.project_id, endpoint.mode, endpoint.id),
+                   db=self._endpoints)
+        return len(keys)
+
+
+def _forward_keys(txn: lmdb.Transaction, db: Any, prefix: bytes) -> Iterator[bytes]:
+    cur = txn.cursor(db=db)
+    ok = cur.set_range(prefix)
+    while ok:
+        key = bytes(cur.key())
+        if not key.startswith(prefix):
+            return
+        yield key
+        ok = cur.next()
+
+
+def _reverse_keys(txn: lmdb.Transaction, db: Any, prefix: bytes) -> Iterator[bytes]:
+    cur = txn.cursor(db=db)
+    ok = cur.set_range(layout.prefix_end(prefix))
+    ok = cur.prev() if ok else cur.last()
+    while ok:
+        key = bytes(cur.key())
+        if not key.startswith(prefix):
+            return
+        yield key
+        ok = cur.prev()

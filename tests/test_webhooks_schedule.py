@@ -1,0 +1,395 @@
+"""Webhook timing under trio's autojump clock, over real HTTPS to a local
+receiver: the retry schedule at exact virtual times, Retry-After, the automatic
+turn-off rule at its edges, turning off and on, the plan gap, manual retry and
+resend, the 30-day purge, and retries surviving a restart."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+import trustme
+
+from actors.clock import TrioWallClock
+from storage.lmdb_store import LmdbStore
+from svc_engine.config import Config
+from svc_engine.outbox import EventType, OutboxEvent
+from svc_engine.plans import Plan
+from svc_engine.webhook_delivery import Delivery, DeliveryStatus
+from svc_engine.webhook_records import Endpoint
+from tests.conftest import App
+from tests.webhook_receiver_fixture import (
+    Receiver,
+    add_endpoint,
+    deliveries_of,
+    emit,
+    make_ca,
+    ok,
+    running_app,
+    running_receiver,
+    status,
+    webhook_config,
+)
+from web.webhook_receiver import Received, Reply
+
+MIN = 60_000
+HOUR = 60 * MIN
+DAY = 24 * HOUR
+SCHEDULE = [0, MIN, 6 * MIN, 36 * MIN, 2 * HOUR + 36 * MIN, 8 * HOUR + 36 * MIN,
+            20 * HOUR + 36 * MIN]
+EP = "/v1/webhooks/endpoints"
+DL = "/v1/webhooks/deliveries"
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> tuple[trustme.CA, str]:
+    return make_ca(tmp_path)
+
+
+@pytest.fixture
+def wconfig(data_dir: str, ca: tuple[trustme.CA, str]) -> Config:
+    return webhook_config(data_dir, ca[1])
+
+
+@pytest.fixture
+async def world(store: LmdbStore, wconfig: Config, ca: tuple[trustme.CA, str]
+                ) -> AsyncIterator[tuple[App, Receiver, TrioWallClock]]:
+    # Tests using it also request autojump_clock (pytest-trio takes the clock
+    # from the test's own arguments).
+    clock = TrioWallClock()
+    async with running_receiver(ca[0], clock) as receiver, \
+            running_app(store, wconfig, clock) as app:
+        yield app, receiver, clock
+
+
+async def _until(clock: TrioWallClock, wall_ms: int) -> None:
+    await trio.sleep_until(clock.trio_time_for(wall_ms))
+    await trio.testing.wait_all_tasks_blocked()
+
+
+async def _settle() -> None:
+    await trio.testing.wait_all_tasks_blocked()
+
+
+def _endpoint(app: App, endpoint_id: str) -> Endpoint:
+    assert app.services.webhooks is not None
+    e = app.services.webhooks.endpoint(endpoint_id)
+    assert e is not None
+    return e
+
+
+def _one(app: App, event_id: str) -> Delivery:
+    [d] = deliveries_of(app, event_id)
+    return d
+
+
+async def test_retry_schedule_runs_at_exact_times_then_fails(
+        world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, clock = world
+    receiver.respond = status(500)
+    ep = await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    event = await emit(app, "click")
+    await _until(clock, t0 + SCHEDULE[-1] - 1)
+    assert _one(app, event.id).status is DeliveryStatus.RETRYING
+    await _until(clock, t0 + 2 * DAY)
+    assert [t - t0 for t in receiver.times()] == SCHEDULE
+    assert len(set(receiver.ids())) == 1  # webhook-id constant across retries
+    d = _one(app, event.id)
+    assert receiver.ids()[0] == d.id
+    assert d.status is DeliveryStatus.FAILED and len(d.attempts) == 7
+    assert [a.started_at_ms - t0 for a in d.attempts] == SCHEDULE
+    health = _endpoint(app, ep["id"]).health
+    assert health.state.value == "Failing" and health.consecutive_failures == 7
+    assert health.streak_started_at_ms == t0
+    # Each attempt was signed when it was made.
+    stamps = [int(h.headers["webhook-timestamp"]) for h in receiver.hits]
+    assert stamps == [(t0 + s) // 1000 for s in SCHEDULE]
+
+
+async def test_a_longer_retry_after_is_honoured_a_shorter_is_not(
+        world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, clock = world
+
+    async def respond(req: Received, n: int) -> Reply:
+        after = {1: "600", 2: "5"}.get(n)
+        return (503, [("retry-after", after)], b"") if after else (204, [], b"")
+
+    receiver.respond = respond
+    await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    event = await emit(app, "open")
+    await _until(clock, t0 + HOUR)
+    assert [t - t0 for t in receiver.times()] == [0, 600_000, 600_000 + 5 * MIN]
+    assert _one(app, event.id).status is DeliveryStatus.DELIVERED
+
+
+async def test_automatic_off_needs_at_least_20_failures(
+        world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, clock = world
+    receiver.respond = status(500)
+    ep = await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    await emit(app, "click")
+    await emit(app, "click")  # 14 failures by 20h36m, the first at t0
+    late = t0 + DAY + MIN
+    await _until(clock, late)
+    await emit(app, "click")  # failures 15..19 at late+0, 1m, 6m, 36m, 2h36m
+    await _until(clock, late + 8 * HOUR + 36 * MIN - 1)
+    health = _endpoint(app, ep["id"]).health
+    assert health.consecutive_failures == 19 and health.state.value == "Failing"
+    await _until(clock, late + 8 * HOUR + 36 * MIN)  # the 20th failure
+    health = _endpoint(app, ep["id"]).health
+    assert health.state.value == "Off" and health.off_reason == "automatic"
+    assert health.off_at_ms == late + 8 * HOUR + 36 * MIN
+    assert "20 failed attempts" in health.off_detail
+    await _until(clock, late + 2 * DAY)
+    assert len(receiver.hits) == 20  # nothing more is sent while Off
+    async with app.client("sk_test") as c:
+        shown = (await c.get(f"{EP}/{ep['id']}")).json()
+    assert shown["status"] == "Off" and shown["health"]["offBy"] == "automatic"
+    assert "24 hours" in shown["health"]["offReason"]
+
+
+async def test_automatic_off_needs_the_first_failure_more_than_24_hours_old(
+        world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, clock = world
+    receiver.respond = status(500)
+    ep = await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    for _ in range(3):
+        await emit(app, "click")  # 21 failures, all within 20h36m
+    await _until(clock, t0 + DAY)
+    assert _endpoint(app, ep["id"]).health.consecutive_failures == 21
+    await emit(app, "click")  # a failure exactly 24 h after the first: not more than 24 h
+    await _settle()
+    health = _endpoint(app, ep["id"]).health
+    assert health.consecutive_failures == 22 and health.state.value == "Failing"
+    await _until(clock, t0 + DAY + 1)
+    await emit(app, "click")  # 24 h and 1 ms: Off
+    await _settle()
+    health = _endpoint(app, ep["id"]).health
+    assert health.state.value == "Off" and health.off_at_ms == t0 + DAY + 1
+
+
+async def test_any_success_ends_the_streak(world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, clock = world
+    receiver.respond = status(500)
+    ep = await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    for _ in range(4):
+        await emit(app, "click")
+    await _until(clock, t0 + 30 * HOUR)
+    assert _endpoint(app, ep["id"]).health.consecutive_failures == 28  # not Off: 4 x 7
+    assert _endpoint(app, ep["id"]).health.state.value == "Failing"
+    receiver.respond = ok
+    await emit(app, "click")
+    await _settle()
+    health = _endpoint(app, ep["id"]).health
+    assert health.state.value == "Active" and health.consecutive_failures == 0
+    assert health.last_success_at_ms == t0 + 30 * HOUR
+
+
+async def test_turn_off_and_on(world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, clock = world
+    receiver.respond = status(500)
+    ep = await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    waiting = await emit(app, "click")  # fails at t0, Retrying (next at 1 min)
+    await _until(clock, t0 + 10_000)
+    async with app.client("sk_test") as c:
+        assert (await c.post(f"{EP}/{ep['id']}/disable")).json()["status"] == "Off"
+    await _until(clock, t0 + 20_000)
+    while_off = await emit(app, "click")
+    await _until(clock, t0 + 5 * MIN)
+    assert len(receiver.hits) == 1  # the retry due at 1 min waited
+    assert deliveries_of(app, while_off.id) == []  # never queued
+    receiver.respond = ok
+    async with app.client("sk_test") as c:
+        on = (await c.post(f"{EP}/{ep['id']}/enable")).json()
+    assert on["status"] == "Active" and on["health"]["consecutiveFailures"] == 0
+    await _settle()
+    assert [t - t0 for t in receiver.times()] == [0, 5 * MIN]  # resumed at once
+    assert _one(app, waiting.id).status is DeliveryStatus.DELIVERED
+    after = await emit(app, "click")
+    await _settle()
+    assert _one(app, after.id).status is DeliveryStatus.DELIVERED
+    await _until(clock, t0 + DAY)
+    assert deliveries_of(app, while_off.id) == [] and len(receiver.hits) == 3
+
+
+async def test_plan_gap_is_never_sent_and_waiting_deliveries_hold(
+        world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, clock = world
+
+    async def respond(req: Received, n: int) -> Reply:
+        return (500 if n == 2 else 204), [], b""
+
+    receiver.respond = respond
+    await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    first = await emit(app, "click")  # hit 1: delivered
+    await _settle()
+    held = await emit(app, "click")  # hit 2: fails, retry due at t0 + 1 min
+    await _settle()
+    await app.services.store.set_plan(app.org_id, Plan.STARTER)
+    gap = await emit(app, "click")
+    await _until(clock, t0 + 3 * MIN)
+    assert len(receiver.hits) == 2 and deliveries_of(app, gap.id) == []
+    assert _one(app, held.id).status is DeliveryStatus.RETRYING
+    await app.services.store.set_plan(app.org_id, Plan.GROWTH)
+    back = clock.now_ms()
+    await _until(clock, back + 2_000)
+    assert len(receiver.hits) == 3 and back <= receiver.times()[2] <= back + 1_000
+    assert _one(app, held.id).status is DeliveryStatus.DELIVERED
+    after = await emit(app, "click")
+    await _until(clock, back + DAY)
+    ids = [d.id for e in (first, held, after) for d in deliveries_of(app, e.id)]
+    assert sorted(set(receiver.ids())) == sorted(ids)
+    assert deliveries_of(app, gap.id) == []  # the gap is never sent later
+
+
+async def test_manual_retry_and_resend_are_sent_immediately(
+        world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, clock = world
+    receiver.respond = status(500)
+    await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    event = await emit(app, "conversion")
+    await _until(clock, t0 + DAY)
+    d = _one(app, event.id)
+    assert d.status is DeliveryStatus.FAILED
+    async with app.client("sk_test") as c:
+        assert (await c.post(f"{DL}/{d.id}/retry")).json()["status"] == "Sending"
+        await _settle()
+        assert receiver.times()[-1] == t0 + DAY and len(receiver.hits) == 8
+        assert _one(app, event.id).status is DeliveryStatus.FAILED  # no automatic retries
+        await _until(clock, t0 + 3 * DAY)
+        assert len(receiver.hits) == 8
+        receiver.respond = ok
+        await c.post(f"{DL}/{d.id}/retry")
+        await _settle()
+        assert _one(app, event.id).status is DeliveryStatus.DELIVERED
+        assert receiver.times()[-1] == t0 + 3 * DAY
+        r = await c.post(f"{DL}/{d.id}/resend")
+        assert r.status_code == 200
+        await _settle()
+    assert len(receiver.hits) == 10 and set(receiver.ids()) == {d.id}
+    final = _one(app, event.id)
+    assert final.status is DeliveryStatus.DELIVERED
+    assert [a.trigger for a in final.attempts] == ["scheduled"] * 7 + ["manual"] * 3
+
+
+async def test_history_is_purged_after_30_days(
+        world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, clock = world
+    await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    old = await emit(app, "click")
+    await _until(clock, t0 + 15 * DAY)
+    newer = await emit(app, "click")
+    await _until(clock, t0 + 29 * DAY + 12 * HOUR)
+    assert len(deliveries_of(app, old.id)) == 1
+    await _until(clock, t0 + 31 * DAY + HOUR)
+    assert deliveries_of(app, old.id) == [] and len(deliveries_of(app, newer.id)) == 1
+    assert app.services.webhooks is not None
+    tables = app.services.webhooks.tables
+    kept = deliveries_of(app, newer.id)[0]
+    assert tables.event(app.project_id, kept.mode, old.id) is None
+    assert tables.event(app.project_id, kept.mode, newer.id) is not None
+    assert app.services.webhooks.statistics().purged == 1
+
+
+async def test_retries_survive_a_restart(store: LmdbStore, wconfig: Config,
+                                         ca: tuple[trustme.CA, str],
+                                         autojump_clock: trio.testing.MockClock) -> None:
+    clock = TrioWallClock()
+    async with running_receiver(ca[0], clock) as receiver:
+        receiver.respond = status(500)
+        async with running_app(store, wconfig, clock) as app:
+            await add_endpoint(app, receiver.url)
+            t0 = clock.now_ms()
+            event = await emit(app, "click")
+            await _until(clock, t0 + 2 * MIN)  # attempts at 0 and 1 min; next at 6 min
+            keys: dict[str, Any] = app.keys
+        assert len(receiver.hits) == 2
+        await _until(clock, t0 + 10 * MIN)  # down over the 6-minute retry
+        assert len(receiver.hits) == 2
+        async with running_app(store, wconfig, clock) as again:
+            again.keys = keys
+            await _settle()
+            assert [t - t0 for t in receiver.times()] == [0, MIN, 10 * MIN]  # overdue: at once
+            await _until(clock, t0 + 2 * DAY)
+        d = _one(again, event.id)
+    offsets = [t - t0 for t in receiver.times()]
+    assert offsets == [0, MIN, 10 * MIN, 40 * MIN, 2 * HOUR + 40 * MIN,
+                       8 * HOUR + 40 * MIN, 20 * HOUR + 40 * MIN]
+    assert d.status is DeliveryStatus.FAILED and set(receiver.ids()) == {d.id}
+
+
+async def test_a_missed_wake_up_costs_at_most_a_minute(
+        world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, clock = world
+    await add_endpoint(app, receiver.url)
+    await _until(clock, clock.now_ms() + HOUR)  # idle: the safety-net poll has backed off
+    quiet = OutboxEvent(id="5d1a6c3e-2b4f-4a8e-9c7d-6e5f4a3b2c1d", type=EventType.OPEN,
+                        project_id=app.project_id, mode="test",
+                        created_at_ms=clock.now_ms(), data={})
+    store = app.services.store
+    await store.write(lambda txn: store.append_outbox(txn, quiet))  # and no notify()
+    t = clock.now_ms()
+    await _until(clock, t + MIN)
+    assert len(receiver.hits) == 1 and 0 < receiver.times()[0] - t <= MIN
+
+
+async def test_an_event_recorded_twice_is_delivered_once(
+        world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, _ = world
+    await add_endpoint(app, receiver.url)
+    event = await emit(app, "install")
+    await _settle()
+    store = app.services.store
+    await store.write(lambda txn: store.append_outbox(txn, event))  # a replayed append
+    app.services.outbox_wakeup.notify()
+    await _settle()
+    assert len(receiver.hits) == 1 and len(deliveries_of(app, event.id)) == 1
+    assert store.read_outbox() == []
+
+
+async def test_at_most_8_attempts_in_flight_per_endpoint(
+        world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, clock = world
+    in_flight = [0]
+    most = [0]
+
+    async def slow(req: Received, n: int) -> Reply:
+        in_flight[0] += 1
+        most[0] = max(most[0], in_flight[0])
+        await trio.sleep(5)
+        in_flight[0] -= 1
+        return 204, [], b""
+
+    receiver.respond = slow
+    await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    events = [await emit(app, "click") for _ in range(20)]
+    await _until(clock, t0 + MIN)
+    assert most[0] == 8 and len(receiver.hits) == 20
+    assert sorted({t - t0 for t in receiver.times()}) == [0, 5_000, 10_000]
+    assert all(_one(app, e.id).status is DeliveryStatus.DELIVERED for e in events)
