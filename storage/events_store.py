@@ -145,9 +145,31 @@ class NewEvent(NamedTuple):
     @classmethod
     def of(cls, event: EventInput, *, occurred_at: str) -> NewEvent:
         """``occurred_at`` is the text the app sent."""
-        found = revenue(event.properties) if "revenue" in event.properties else None
+        found = _revenue(event.properties) if "revenue" in event.properties else None
         return cls(event.id, event.name, event.link_id, event.occurred_at_ms, found,
                    event_json(event, occurred_at))
+
+
+_REVENUE_MEMO: dict[tuple[str, type, float], tuple[str, decimal.Decimal] | None] = {}
+
+
+def _revenue(properties: dict[str, object]) -> tuple[str, decimal.Decimal] | None:
+    """``svc_engine.events.revenue``, remembered per (currency, amount): apps
+    send the same few prices over and over, and building the exact decimal of
+    a float is the costliest step of encoding an event. Bounded: cleared when
+    it holds 4096 entries."""
+    currency, amount = properties.get("currency"), properties.get("revenue")
+    if not isinstance(currency, str) or not isinstance(amount, int | float) or amount == 0:
+        return revenue(properties)  # 0 too: 0.0 and -0.0 are equal keys, not equal text
+    key = (currency, type(amount), amount)  # the type keeps True, 1 and 1.0 apart
+    try:
+        return _REVENUE_MEMO[key]
+    except KeyError:
+        pass
+    if len(_REVENUE_MEMO) >= 4096:
+        _REVENUE_MEMO.clear()
+    found = _REVENUE_MEMO[key] = revenue(properties)
+    return found
 
 
 @attrs.frozen

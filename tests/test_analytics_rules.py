@@ -172,3 +172,22 @@ def test_timestamps_match_the_datetime_reference(text: str) -> None:
 ])
 def test_timestamp_edges_match(text: str) -> None:
     assert parse_timestamp_ms(text) == reference_timestamp_ms(text)
+
+
+amounts = st.one_of(st.booleans(), st.integers(-10**13, 10**13),
+                    st.floats(allow_nan=False, allow_infinity=False),
+                    st.sampled_from([0.1, 0.2, 9.99, 1, 1.0, True, 0.0, -0.0]), st.text(max_size=3))
+currencies = st.one_of(st.sampled_from(["USD", "EUR", "usd", "US", ""]), st.integers())
+
+
+@given(st.lists(st.tuples(currencies, amounts), max_size=30))
+def test_remembered_revenue_matches_the_rule(pairs: list[tuple[object, object]]) -> None:
+    from storage.events_store import _revenue
+    from svc_engine.events import revenue
+
+    for currency, amount in pairs * 2:  # the second pass is answered from memory
+        properties = {"currency": currency, "revenue": amount}
+        assert _revenue(properties) == revenue(properties)
+        found = _revenue(properties)
+        if found is not None:  # the same decimal, not just an equal one (1 vs 1.0 vs True)
+            assert str(found[1]) == str(revenue(properties)[1])  # type: ignore[index]
