@@ -505,3 +505,43 @@ async def test_parse_only_endpoint_exists_only_when_asked(
                                  base_url="http://svc.test") as c:
         r = await c.post("/v1/bench/parse-only", json=body)
     assert (r.status_code, r.json()) == (200, {"accepted": 2})
+
+
+# --- each stored event goes to the webhook pipeline as a conversion -------------------------
+
+
+async def test_stored_events_reach_a_webhook_endpoint_as_conversions(
+        store: Any, data_dir: str, tmp_path: Any) -> None:
+    import json
+
+    import trio
+
+    from actors.clock import SystemClock
+    from tests.webhook_receiver_fixture import (
+        add_endpoint,
+        make_ca,
+        running_app,
+        running_receiver,
+        webhook_config,
+    )
+
+    ca, bundle = make_ca(tmp_path)
+    clock = SystemClock()
+    async with running_receiver(ca, clock) as receiver, \
+            running_app(store, webhook_config(data_dir, bundle), clock) as app:
+        ev = await Events(app).start()
+        await add_endpoint(app, receiver.url, events=["conversion"])
+        a = event("purchase", at=ev.at(), revenue=3, currency="EUR")
+        b = event("signup", at=ev.at())
+        assert (await ev.send([a, b, a]))[1] == {"accepted": 2, "duplicates": 1}
+        hits = await receiver.wait_for(2)
+        assert (await ev.send([a]))[1] == {"accepted": 0, "duplicates": 1}
+        await trio.sleep(0.2)
+    bodies = sorted((json.loads(h.request.body) for h in hits), key=lambda p: p["data"]["name"])
+    assert len(receiver.hits) == 2  # the duplicate is not published again
+    assert [p["type"] for p in bodies] == ["conversion", "conversion"]
+    assert [p["id"] for p in bodies] == [a["id"], b["id"]]
+    data = bodies[0]["data"]
+    assert data["eventId"] == a["id"] and data["installId"] == ev.install
+    assert data["properties"] == {"revenue": 3, "currency": "EUR"} and data["linkId"] is None
+    assert bodies[0]["env"] == "test" and bodies[0]["projectId"] == app.project_id
