@@ -545,3 +545,26 @@ async def test_stored_events_reach_a_webhook_endpoint_as_conversions(
     assert data["eventId"] == a["id"] and data["installId"] == ev.install
     assert data["properties"] == {"revenue": 3, "currency": "EUR"} and data["linkId"] is None
     assert bodies[0]["env"] == "test" and bodies[0]["projectId"] == app.project_id
+
+
+async def test_export_is_streamed_a_page_at_a_time(ev: Events) -> None:
+    for _ in range(6):
+        assert (await ev.send([event(at=ev.at()) for _ in range(100)]))[0] == 200
+    messages: list[dict[str, Any]] = []
+    scope = {"type": "http", "method": "GET", "path": "/v1/export/conversions",
+             "query_string": b"from=2026-01-01", "headers": [
+                 (b"authorization", f"Bearer {ev.app.keys['sk_test']}".encode())]}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    await ev.app.front(scope, receive, send)
+    start, *bodies = messages
+    assert start["status"] == 200
+    assert not any(k == b"content-length" for k, _ in start["headers"])
+    chunks = [m["body"] for m in bodies if m["body"]]
+    assert [len(c.splitlines()) for c in chunks] == [500, 100]  # one chunk per page
+    assert all(m["more_body"] for m in bodies[:-1]) and bodies[-1]["more_body"] is False
