@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import orjson
+
 from svc_engine.keys import KeyKind
 from web.auth import KeyContext, RateLimiter, authenticate
 from web.http import Request, Response
@@ -17,11 +19,17 @@ class Api:
         self.limiter = RateLimiter(services.config.rate_limit_per_key)
         self.idem = IdempotencyGuard(services)
         self.max_body = services.config.max_body_bytes
-        from web import api_links, api_sdk, api_settings  # route modules register themselves
+        # Route modules register themselves (and their OpenAPI operations).
+        from web import api_events, api_links, api_sdk, api_settings, api_webhooks, openapi
 
-        api_settings.register(self)
-        api_links.register(self)
-        api_sdk.register(self)
+        for module in (api_settings, api_links, api_sdk, api_events, api_webhooks):
+            module.register(self)
+        doc = orjson.dumps(openapi.document(services.config.base_url))
+
+        async def openapi_json(req: Request) -> Response:
+            return Response(200, doc, [(b"content-type", b"application/json")])
+
+        self.router.add("GET", "/v1/openapi.json", openapi_json)
 
     def sdk_auth(self, req: Request) -> KeyContext:
         return authenticate(req, self.services, KeyKind.PUBLISHABLE, self.limiter)

@@ -123,6 +123,9 @@ def validated(data: object, now_ms: int) -> tuple[str, list[NewEvent]]:
                               for e, raw in zip(batch.events, data["events"], strict=True)]
 
 
+openapi.EXTRA_PATHS.update(OPENAPI_PATHS)  # documented on import, like the webhooks
+
+
 def register(api: Api) -> None:
     services = api.services
     events = EventsStore(services.store)
@@ -213,7 +216,6 @@ def register(api: Api) -> None:
     r.add("GET", "/v1/analytics/links/{id}", link_summary)
     r.add("GET", "/v1/analytics/links/{id}/funnel", link_funnel)
     r.add("GET", "/v1/export/{kind}", export_records)
-    openapi.EXTRA_PATHS.update(OPENAPI_PATHS)
     if os.environ.get(BENCH_ENV) == "1":
         r.add("POST", "/v1/bench/parse-only", parse_only)
         openapi.EXTRA_PATHS["/v1/bench/parse-only"] = {"post": op(
