@@ -134,7 +134,7 @@ class AttributionStore:
     # -- the redirect's write -----------------------------------------------------
 
     def click_op(self, click: Click, link: Link, *, window: ClickWindowEntry | None,
-                 token: Token | None, outbox: bool) -> Op[None]:
+                 token: Token | None) -> Op[None]:
         """The op recording a click (with its token and window entry, if any)."""
         db = self._db
 
@@ -152,7 +152,7 @@ class AttributionStore:
                 txn.put(at + scope + cid, b"", db=db[b"click_window_by_time"])
             if token is not None:
                 self._put_token(txn, token)
-            if outbox:
+            if self.store.wants_webhooks(txn, click.project_id, click.mode.value):
                 self.store.append_outbox(txn, OutboxEvent(
                     id=click.id, type=EventType.CLICK, project_id=click.project_id,
                     mode=click.mode.value, created_at_ms=click.at_ms,

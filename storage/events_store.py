@@ -247,7 +247,7 @@ class EventsStore:
                     new.append(e)
             if new:
                 self._count(txn, project_id, mode, install_id, new, received_at_ms)
-                if self._has_endpoints(txn, scope):
+                if self.store.wants_webhooks(txn, project_id, mode.value):
                     self._publish(txn, project_id, mode, install_id, new, received_at_ms)
                     published = True
             result = BatchResult(accepted=len(new), duplicates=len(events) - len(new),
@@ -308,10 +308,6 @@ class EventsStore:
                                      link_id=e.link_id, install_id=install_id,
                                      occurred_at_ms=e.occurred_at_ms,
                                      received_at_ms=received_at_ms)))
-
-    def _has_endpoints(self, txn: lmdb.Transaction, scope: bytes) -> bool:
-        cur = txn.cursor(db=self._endpoints)
-        return bool(cur.set_range(scope)) and bytes(cur.key()).startswith(scope)
 
     # -- retention ----------------------------------------------------------------------
 

@@ -384,8 +384,20 @@ class LmdbStore:
 
     # -- outbox -----------------------------------------------------------------
 
+    def wants_webhooks(self, txn: lmdb.Transaction, project_id: str, mode: str) -> bool:
+        """Whether the project has a webhook endpoint in this mode, as seen by
+        ``txn``. An endpoint receives only events that happen after it was
+        added, so without one an event needs no outbox entry at all; deciding
+        inside the recording transaction keeps that exact."""
+        scope = layout.scope(project_id, mode)
+        cur = txn.cursor(db=self._db[b"endpoints"])
+        return bool(cur.set_range(scope)) and bytes(cur.key()).startswith(scope)
+
     def append_outbox(self, txn: lmdb.Transaction, event: OutboxEvent) -> None:
-        """Queue ``event`` for the webhook dispatcher, inside the op recording it."""
+        """Queue ``event`` for the webhook dispatcher, inside the op recording it,
+        when the project has an endpoint in the event's mode."""
+        if not self.wants_webhooks(txn, event.project_id, event.mode):
+            return
         key = layout.ms(event.created_at_ms) + layout.uid(event.id)
         txn.put(key, encode(event), db=self._db[b"outbox"])
 

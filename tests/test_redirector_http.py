@@ -172,3 +172,23 @@ async def test_custom_domain_routes_by_host(app: App) -> None:
     assert r.status_code == 302 and r.headers["location"] == "https://example.com/spring"
     async with app.client(**{"user-agent": UA["desktop"]}) as c:  # default domain: not there
         assert (await c.get("/spring")).status_code == 404
+
+
+async def test_clicks_reach_the_outbox_only_when_an_endpoint_exists(app: App) -> None:
+    await configure(app, platforms=NO_APPS)
+    link = await make_link(app)
+    async with app.client(**{"user-agent": UA["desktop"]}) as c:
+        await c.get(f"/{link['slug']}")
+    await app.flush()
+    assert app.services.store.read_outbox() == []
+    async with app.client("sk_live") as c:
+        r = await c.post("/v1/webhooks/endpoints", json={"url": "https://localhost:9/hook",
+                                                         "events": ["click"]})
+        assert r.status_code == 201
+    async with app.client(**{"user-agent": UA["desktop"]}) as c:
+        await c.get(f"/{link['slug']}")
+    await app.flush()
+    deliveries = app.services.store.scan(b"deliveries", b"")
+    outbox = app.services.store.read_outbox()
+    # the click went through the outbox: it is either still there or a delivery now
+    assert len(outbox) + len(deliveries) >= 1

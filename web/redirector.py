@@ -93,8 +93,7 @@ class Redirector:
             window = ClickWindowEntry(click_id=click.id, link_id=link.id, mode=link.mode,
                                       os_major=os_major, country=country, at_ms=now,
                                       net_hash=net_hash)
-        op = services.attribution.click_op(click, link, window=window, token=token,
-                                           outbox=True)
+        op = services.attribution.click_op(click, link, window=window, token=token)
         pending = await services.store.submit(op)
         services.outbox_wakeup.notify()
         if token is not None:
