@@ -45,7 +45,7 @@ class Receiver(http.server.ThreadingHTTPServer):
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: Receiver
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", "0")))
         wid = self.headers["webhook-id"]
         with self.server.lock:
