@@ -144,3 +144,54 @@ async def _check(data_dir: str, ledger: Ledger, project_id: str, receiver: Recei
         assert all(n <= 1 for n in ledger.claims.values()), ledger.claims
     finally:
         store.close()
+
+
+def test_backup_during_load_holds_every_write_acknowledged_before_it(
+        server_factory: type[ServerProcess], tmp_path: os.PathLike[str]) -> None:
+    import copy
+    import subprocess
+    import sys
+
+    srv = server_factory(env=ENV).start()
+    keys, project_id = srv.info["keys"], srv.info["projectId"]
+    ledger, stop, url = Ledger(), threading.Event(), [srv.url]
+    workers = [Worker(ledger, keys, url, 7 + i, stop) for i in range(3)]
+    for w in workers:
+        w.start()
+    try:
+        time.sleep(1.5)
+        with ledger.lock:  # everything acknowledged before the backup starts
+            before = copy.deepcopy({"links": ledger.links, "installs": ledger.installs,
+                                    "events": ledger.events})
+        dest = os.path.join(str(tmp_path), "backup")
+        done = subprocess.run([sys.executable, "-m", "web.cli", "backup", dest, "--data",
+                               srv.data_dir], capture_output=True, text=True, timeout=60,
+                              check=False)
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(10)
+    srv.stop()
+    assert before["links"] and before["installs"]
+    check = Ledger()
+    check.links, check.installs, check.events = (before["links"], before["installs"],
+                                                 before["events"])
+
+    async def verify() -> None:
+        store = LmdbStore(dest, map_size=1 << 30)
+        try:
+            scope = layout.scope(project_id, "live")
+            with store.read() as txn:
+                for link_id in check.links:
+                    assert txn.get(layout.uid(link_id), db=store.db(b"links")) is not None
+                for install in check.installs:
+                    assert txn.get(scope + layout.uid(install), db=store.db(b"installs"))
+                ids = {bytes(k)[-16:] for k in txn.cursor(db=store.db(b"events")).iternext(
+                    values=False)}
+                assert all(layout.uid(e) in ids for e in check.events)
+        finally:
+            store.close()
+
+    trio.run(verify)
