@@ -214,18 +214,25 @@ class LmdbStore:
 
         await self.write(op)
 
-    async def set_plan(self, org_id: str, plan: Plan) -> Organization:
-        db = self._db[b"orgs"]
+    async def _evolve(self, dbname: bytes, cls: Any, record_id: str, what: str,
+                      **changes: object) -> Any:
+        """Change fields of one stored record in one op; NotFound when it is missing."""
+        db = self._db[dbname]
 
-        def op(txn: lmdb.Transaction) -> Organization:
-            raw = txn.get(layout.uid(org_id), db=db)
+        def op(txn: lmdb.Transaction) -> Any:
+            raw = txn.get(layout.uid(record_id), db=db)
             if raw is None:
-                raise NotFound(f"no organization {org_id}")
-            org = attrs.evolve(decode(Organization, bytes(raw)), plan=plan)
-            txn.put(layout.uid(org_id), encode(org), db=db)
-            return org
+                raise NotFound(f"no {what} {record_id}")
+            record = attrs.evolve(decode(cls, bytes(raw)), **changes)
+            txn.put(layout.uid(record_id), encode(record), db=db)
+            return record
 
-        return await self.write(op)  # type: ignore[no-any-return]
+        return await self.write(op)
+
+    async def set_plan(self, org_id: str, plan: Plan) -> Organization:
+        org: Organization = await self._evolve(b"orgs", Organization, org_id, "organization",
+                                               plan=plan)
+        return org
 
     async def create_project(self, project: Project) -> None:
         projects, by_org = self._db[b"projects"], self._db[b"projects_by_org"]
@@ -239,17 +246,9 @@ class LmdbStore:
         await self.write(op)
 
     async def set_project_suspended(self, project_id: str, suspended: bool) -> Project:
-        db = self._db[b"projects"]
-
-        def op(txn: lmdb.Transaction) -> Project:
-            raw = txn.get(layout.uid(project_id), db=db)
-            if raw is None:
-                raise NotFound(f"no project {project_id}")
-            p = attrs.evolve(decode(Project, bytes(raw)), suspended=suspended)
-            txn.put(layout.uid(project_id), encode(p), db=db)
-            return p
-
-        return await self.write(op)  # type: ignore[no-any-return]
+        project: Project = await self._evolve(b"projects", Project, project_id, "project",
+                                              suspended=suspended)
+        return project
 
     async def create_key(self, key: ApiKey) -> None:
         keys, by_project = self._db[b"keys"], self._db[b"keys_by_project"]
