@@ -153,3 +153,30 @@ async def test_concurrent_first_use_starts_one_actor(store: LmdbStore) -> None:
         assert len({id(a) for a in got}) == 1
         assert reg.statistics().started == 1
         n.cancel_scope.cancel()
+
+
+async def test_a_slow_project_never_blocks_another(store: LmdbStore) -> None:
+    clock = TrioWallClock()
+    info = await tenancy.bootstrap(store, "http://x", system_random, clock.now_ms())
+    org = str(info["organizationId"])
+    from svc_engine.plans import Plan
+    await store.set_plan(org, Plan.SCALE)
+    other, _ = await tenancy.create_project(store, org, "other", system_random, clock.now_ms())
+    release = trio.Event()
+    async with trio.open_nursery() as n:
+        reg = Registry(store, clock, n)
+        slow = await reg.get(str(info["projectId"]))
+        fast = await reg.get(other.id)
+
+        async def stuck() -> None:
+            await release.wait()
+
+        n.start_soon(slow.mailbox.call, stuck)  # project A is busy indefinitely
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.fail_after(1):  # project B answers meanwhile
+            await fast.patch_settings({"iosLandingPage": True}, None)
+            assert (await fast.get_settings()).ios_landing_page is True
+        assert slow.mailbox.statistics().queued == 0  # A's call is running, not queued
+        release.set()
+        assert (await slow.get_settings()).ios_landing_page is False
+        n.cancel_scope.cancel()
