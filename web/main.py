@@ -86,6 +86,11 @@ async def _serve_with_store(config: Config, store: LmdbStore, clock: Clock, boot
     if bootstrap:
         info = await tenancy.bootstrap(store, config.base_url, system_random, clock.now_ms())
         print(json.dumps(info, indent=2), flush=True)
+        owner = info["owner"]
+        assert isinstance(owner, dict)
+        print(f"svc: dashboard at {config.base_url}/dashboard (sign in as {owner['email']}"
+              + ("" if info.get("created") else "; the password was shown on first start")
+              + ")", flush=True)
     async with trio.open_nursery() as nursery:
         services = await start_services(nursery, config, store, clock, secret)
         front = build_front(services)

@@ -5,7 +5,6 @@ and the dashboard."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 import argon2
 import cbor2
@@ -14,6 +13,7 @@ from storage.lmdb_store import LmdbStore
 from svc_engine.errors import NotFound, ValidationError
 from svc_engine.ids import new_id
 from svc_engine.keys import KeyKind, Mode, base62, make_key
+from svc_engine.links import default_domain
 from svc_engine.plans import QUOTAS, Plan, within
 from svc_engine.records import Membership, Organization, Project, Role, User, normalize_email
 
@@ -43,7 +43,8 @@ def new_password(random: Random) -> str:
 
 
 def domain_of(public_url: str) -> str:
-    return urlsplit(public_url).hostname or "localhost"
+    """The default link domain, as short links show it (host and any port)."""
+    return default_domain(public_url)
 
 
 async def create_key(store: LmdbStore, project_id: str, kind: KeyKind, mode: Mode, name: str,
