@@ -9,8 +9,9 @@ Rule 6, verbatim::
 
 ``MATRIX`` is that rule as data, plus the rows the spec leaves open (the SDK
 page and the signed-in person's own session: workspace, mode, theme, sign out),
-which everyone may use. The dashboard checks every page and action against
-this one table on the server, and the role-matrix test reads the same table.
+which everyone may use, and the rows of the later pages (see below). The
+dashboard checks every page and action against this one table on the server,
+and the role-matrix test reads the same table.
 A role is per organization; "anyone" needs no membership at all.
 
 Team changes follow two more rules (``check_*`` below), because otherwise an
@@ -19,6 +20,17 @@ admin could make themselves owner and so step around "Billing: owners manage":
 1. Only an owner may grant the owner role, take it away, or remove an owner.
 2. An organization always keeps at least one owner: nobody can demote or
    remove the last one.
+
+Rows for pages rule 6 does not name (decisions):
+
+- Links, Live events and the Debugger are read by every role: they show what
+  the project's links do, nothing secret (no keys, no IP addresses).
+- Links are created, edited and deleted by every role, marketers included:
+  making campaign links is a marketer's job, and the plan's link quota is the
+  limit that matters. ``LINKS_MANAGE`` is its own action so that can change.
+- Platforms and Domains are seen by everyone and changed by owners, admins
+  and developers, like API keys: they are app-signing and DNS settings, and a
+  wrong one breaks universal links and app links for every link.
 """
 
 from __future__ import annotations
@@ -43,6 +55,14 @@ class Action(enum.StrEnum):
     ORG_CREATE = "org.create"
     SDK_VIEW = "sdk.view"                  # Build > SDK (key values need KEYS_VIEW)
     SESSION = "session"                    # own workspace, mode, theme, sign out
+    LINKS_VIEW = "links.view"              # list, detail, QR code, analytics
+    LINKS_MANAGE = "links.manage"          # create, edit, delete
+    LIVE_VIEW = "live.view"                # Live events
+    DEBUGGER_VIEW = "debugger.view"        # Build > Debugger, tap simulation (no writes)
+    PLATFORMS_VIEW = "platforms.view"      # Build > Platforms, association files
+    PLATFORMS_MANAGE = "platforms.manage"  # change iOS, Android, web fallback settings
+    DOMAINS_VIEW = "domains.view"          # Build > Domains
+    DOMAINS_MANAGE = "domains.manage"      # add, remove custom domains
 
 
 EVERYONE = frozenset(Role)
@@ -63,6 +83,14 @@ MATRIX: dict[Action, frozenset[Role]] = {
     Action.ORG_CREATE: EVERYONE,
     Action.SDK_VIEW: EVERYONE,
     Action.SESSION: EVERYONE,
+    Action.LINKS_VIEW: EVERYONE,
+    Action.LINKS_MANAGE: EVERYONE,
+    Action.LIVE_VIEW: EVERYONE,
+    Action.DEBUGGER_VIEW: EVERYONE,
+    Action.PLATFORMS_VIEW: EVERYONE,
+    Action.PLATFORMS_MANAGE: _BUILDERS,
+    Action.DOMAINS_VIEW: EVERYONE,
+    Action.DOMAINS_MANAGE: _BUILDERS,
 }
 
 # Allowed even to someone who belongs to no organization yet.

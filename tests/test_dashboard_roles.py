@@ -13,8 +13,10 @@ import attrs
 import pytest
 
 from storage import accounts
+from svc_engine.ids import new_id
 from svc_engine.invites import new_invite
 from svc_engine.keys import KeyKind, Mode
+from svc_engine.links import new_link, new_slug, parse_link_create
 from svc_engine.records import Role
 from svc_engine.roles import MATRIX, Action
 from tests.conftest import App
@@ -77,6 +79,36 @@ async def this_project(app: App, m: Member) -> tuple[str, dict[str, str]]:
                                     "next": "/dashboard/settings/team"}
 
 
+async def fresh_link(app: App) -> str:
+    now = app.services.clock.now_ms()
+    draft = parse_link_create({"path": "/matrix"}, allow_custom_slug=False, now_ms=now)
+    link = new_link(draft, link_id=new_id(os.urandom(16)), project_id=app.project_id,
+                    mode=Mode.TEST, domain=app.services.default_domain,
+                    slug=new_slug(os.urandom(8)), now_ms=now)
+    await app.services.links.create(link, org_id=app.org_id, quota=None, idem=None)
+    return link.id
+
+
+def on_link(suffix: str, data: dict[str, str] | None = None) -> Setup:
+    async def setup(app: App, m: Member) -> tuple[str, dict[str, str]]:
+        return f"/dashboard/links/{await fresh_link(app)}{suffix}", dict(data or {})
+    return setup
+
+
+async def simulate_a_tap(app: App, m: Member) -> tuple[str, dict[str, str]]:
+    return f"/dashboard/build/debugger/simulate?device=android&link={await fresh_link(app)}", {}
+
+
+async def unique_domain(app: App, m: Member) -> tuple[str, dict[str, str]]:
+    return "/dashboard/build/domains", {"domain": f"go{os.urandom(4).hex()}.example.com"}
+
+
+async def domain_removal(app: App, m: Member) -> tuple[str, dict[str, str]]:
+    domain = f"go{os.urandom(4).hex()}.example.com"
+    await app.services.links.add_domain(app.project_id, domain, set())
+    return f"/dashboard/build/domains/{domain}/remove", {}
+
+
 CASES = [
     Case("GET", "/dashboard/build/sdk", Action.SDK_VIEW, fixed("/dashboard/build/sdk"), 200),
     Case("GET", "/dashboard/settings/keys", Action.KEYS_VIEW,
@@ -108,6 +140,33 @@ CASES = [
     Case("POST", "/dashboard/mode", Action.SESSION, fixed("/dashboard/mode", {"mode": "live"}),
          303),
     Case("POST", "/dashboard/sign-out", Action.SESSION, fixed("/dashboard/sign-out"), 303),
+    Case("GET", "/dashboard/links", Action.LINKS_VIEW, fixed("/dashboard/links"), 200),
+    Case("GET", "/dashboard/links/new", Action.LINKS_MANAGE, fixed("/dashboard/links/new"), 200),
+    Case("POST", "/dashboard/links/new", Action.LINKS_MANAGE,
+         fixed("/dashboard/links/new", {"path": "/made-here"}), 303),
+    Case("GET", "/dashboard/links/<link_id>", Action.LINKS_VIEW, on_link(""), 200),
+    Case("GET", "/dashboard/links/<link_id>/edit", Action.LINKS_MANAGE, on_link("/edit"), 200),
+    Case("POST", "/dashboard/links/<link_id>/edit", Action.LINKS_MANAGE,
+         on_link("/edit", {"path": "/changed"}), 303),
+    Case("POST", "/dashboard/links/<link_id>/delete", Action.LINKS_MANAGE, on_link("/delete"),
+         303),
+    Case("GET", "/dashboard/links/<link_id>/qr.svg", Action.LINKS_VIEW, on_link("/qr.svg"), 200),
+    Case("GET", "/dashboard/links/<link_id>/qr.png", Action.LINKS_VIEW, on_link("/qr.png"), 200),
+    Case("GET", "/dashboard/live", Action.LIVE_VIEW, fixed("/dashboard/live"), 200),
+    Case("GET", "/dashboard/live/events", Action.LIVE_VIEW,
+         fixed("/dashboard/live/events?after=0"), 200),
+    Case("GET", "/dashboard/build/debugger", Action.DEBUGGER_VIEW,
+         fixed("/dashboard/build/debugger"), 200),
+    Case("GET", "/dashboard/build/debugger/simulate", Action.DEBUGGER_VIEW, simulate_a_tap, 200),
+    Case("GET", "/dashboard/build/platforms", Action.PLATFORMS_VIEW,
+         fixed("/dashboard/build/platforms"), 200),
+    Case("POST", "/dashboard/build/platforms", Action.PLATFORMS_MANAGE,
+         fixed("/dashboard/build/platforms", {"android_package": "com.example.matrix"}), 303),
+    Case("GET", "/dashboard/build/domains", Action.DOMAINS_VIEW,
+         fixed("/dashboard/build/domains"), 200),
+    Case("POST", "/dashboard/build/domains", Action.DOMAINS_MANAGE, unique_domain, 303),
+    Case("POST", "/dashboard/build/domains/<domain>/remove", Action.DOMAINS_MANAGE,
+         domain_removal, 303),
 ]
 PUBLIC = {("GET", "/dashboard"), ("POST", "/dashboard/sign-in"),
           ("GET", "/dashboard/invite/<token>"), ("POST", "/dashboard/invite/<token>"),
@@ -174,3 +233,19 @@ async def test_menus_are_not_the_only_guard(app: App) -> None:
     assert accounts.list_invites(app.services.store, app.org_id,
                                  app.services.clock.now_ms()) == []
     await mkt.aclose()
+
+
+async def test_every_post_needs_the_csrf_token(app: App) -> None:
+    """Each form of the matrix, sent by an owner without its CSRF field: refused."""
+    posts = [c for c in CASES if c.method == "POST"]
+    for case in posts:
+        m = await signed_in(app, owner(app))
+        try:
+            path, data = await case.setup(app, m)
+            r = await m.post(path, data, csrf_token=None)
+        finally:
+            await m.aclose()
+        assert r.status_code == 403 and "This form has expired" in r.text, (case.rule, r.text)
+    signed_in_posts = {r.rule for r in dashboard_of(app).routes
+                       if "POST" in r.methods and r.action is not None}
+    assert {c.rule for c in posts} == signed_in_posts

@@ -68,8 +68,13 @@ SPEC_CLAUSES: list[tuple[str, dict[Action, set[Role]]]] = [
     ("New project: owners and admins", {Action.PROJECT_CREATE: {OWNER, ADMIN}}),
     ("New organization: anyone", {Action.ORG_CREATE: EVERYONE}),
 ]
-# Rows the rule leaves open: everyone.
-NOT_IN_RULE_6 = {Action.SDK_VIEW: EVERYONE, Action.SESSION: EVERYONE}
+# Rows the rule leaves open: everyone, except changing Platforms and Domains
+# (app-signing and DNS settings: like API keys, owners, admins and developers).
+NOT_IN_RULE_6 = {Action.SDK_VIEW: EVERYONE, Action.SESSION: EVERYONE,
+                 Action.LINKS_VIEW: EVERYONE, Action.LINKS_MANAGE: EVERYONE,
+                 Action.LIVE_VIEW: EVERYONE, Action.DEBUGGER_VIEW: EVERYONE,
+                 Action.PLATFORMS_VIEW: EVERYONE, Action.PLATFORMS_MANAGE: {OWNER, ADMIN, DEV},
+                 Action.DOMAINS_VIEW: EVERYONE, Action.DOMAINS_MANAGE: {OWNER, ADMIN, DEV}}
 
 
 # -- the role table ---------------------------------------------------------------

@@ -22,7 +22,12 @@ from svc_engine.roles import who_may
 from web.dashboard import (
     views_auth,
     views_billing,
+    views_debugger,
+    views_domains,
     views_keys,
+    views_links,
+    views_live,
+    views_platforms,
     views_sdk,
     views_team,
     views_workspace,
@@ -32,6 +37,7 @@ from web.services import Services
 
 VIEW_MODULES: tuple[ModuleType, ...] = (
     views_auth, views_workspace, views_sdk, views_keys, views_team, views_billing,
+    views_links, views_live, views_debugger, views_platforms, views_domains,
 )
 MAX_FORM_BYTES = 64 * 1024
 

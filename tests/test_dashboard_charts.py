@@ -1,0 +1,85 @@
+"""The server-side charts' geometry (web/dashboard/charts.py), pure."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from web.dashboard.charts import (
+    AXIS_SPACE,
+    PLOT_TOP,
+    bar_rows,
+    column_chart,
+    funnel_steps,
+    nice_step,
+    short_number,
+)
+
+
+@pytest.mark.parametrize(("peak", "step"), [
+    (0, 1), (1, 1), (4, 1), (5, 2), (8, 2), (9, 5), (20, 5), (21, 10), (40, 10),
+    (41, 20), (87, 50), (100, 50), (101, 50), (201, 100), (999, 500), (12_345, 5_000),
+])
+def test_nice_steps(peak: int, step: int) -> None:
+    assert nice_step(peak) == step
+
+
+@given(st.integers(min_value=0, max_value=10**9))
+def test_gridlines_cover_the_peak_in_at_most_five_lines(peak: int) -> None:
+    step = nice_step(peak)
+    top = max(step, -(-peak // step) * step)
+    assert top >= peak and top // step <= 4
+    assert str(step).strip("0") in ("1", "2", "5")
+
+
+def test_short_numbers() -> None:
+    assert [short_number(n) for n in (0, 999, 1000, 1234, 25_000, 2_500_000, 3 * 10**9)] == [
+        "0", "999", "1k", "1.2k", "25k", "2.5M", "3B"]
+
+
+def test_columns_fill_the_width_and_scale_to_the_top_gridline() -> None:
+    points = [(f"2026-03-{d:02d}", v) for d, v in zip(range(1, 11), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+                                                       strict=True)]
+    c = column_chart(points, height=200)
+    assert c.total == 45 and c.peak == 9 and c.baseline == 200 - AXIS_SPACE
+    assert [g.value for g in c.grid] == [0, 5, 10]
+    plot = c.baseline - PLOT_TOP
+    assert c.grid[-1].y == PLOT_TOP and c.grid[0].y == c.baseline
+    for col, (_, v) in zip(c.columns, points, strict=True):
+        assert col.height == pytest.approx(plot * v / 10)
+        assert col.y + col.height == pytest.approx(c.baseline)
+    first, last = c.columns[0], c.columns[-1]
+    assert first.x > 0 and last.x + last.width < 100
+    assert last.x + last.width + first.x == pytest.approx(100)      # symmetric gaps
+    assert first.label == "1 Mar 2026"
+
+
+def test_day_labels_keep_both_ends_and_thin_out_the_middle() -> None:
+    points = [(f"2026-01-{d:02d}", 1) for d in range(1, 31)]
+    labels = column_chart(points, max_labels=6).labels
+    assert [(lb.text, lb.anchor, lb.x) for lb in (labels[0], labels[-1])] == [
+        ("1 Jan", "start", 0.0), ("30 Jan", "end", 100.0)]
+    assert len(labels) == 6 and all(lb.anchor == "middle" for lb in labels[1:-1])
+    assert [lb.minor for lb in labels] == [False, True, False, True, False, False]
+    assert len(column_chart(points[:3]).labels) == 3
+    assert column_chart([]).columns == () and column_chart([]).labels == ()
+
+
+def test_bars_rank_and_group_the_rest() -> None:
+    rows = bar_rows({"US": 50, "DE": 30, "FR": 10, "JP": 5, "BR": 5, "none": 0}, limit=3,
+                    names={"US": "United States"})
+    assert [(r.label, r.value) for r in rows] == [("United States", 50), ("DE", 30),
+                                                 ("Other", 20)]
+    assert rows[0].width == 100 and rows[1].width == 60
+    assert sum(r.share for r in rows) == pytest.approx(100)
+    assert bar_rows({}) == [] and bar_rows({"x": 0}) == []
+    ties = bar_rows({"b": 1, "a": 1})
+    assert [r.label for r in ties] == ["a", "b"]
+
+
+def test_funnel_is_relative_to_the_first_step() -> None:
+    steps = funnel_steps([("Clicks", 200), ("Installs", 50), ("Opens", 250), ("Conversions", 0)])
+    assert [s.of_first for s in steps] == [100, 25, 125, 0]
+    assert [s.width for s in steps] == [80, 20, 100, 0]
+    assert funnel_steps([("Clicks", 0), ("Installs", 3)])[1].of_first is None

@@ -1,0 +1,173 @@
+"""Live events in the dashboard, in-process: the page, the 5-second poll's
+JSON, the install walk it skips, and the reads behind it."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from storage import dashboard_reads
+from svc_engine.keys import Mode
+from svc_engine.links import iso_utc
+from svc_engine.records import Role
+from tests.conftest import App
+from tests.dashboard_support import Member, add_user, browser, owner, signed_in
+from tests.deferred_helpers import (
+    ANDROID_UA,
+    IOS_UA,
+    PLATFORMS,
+    SDK,
+    init_body,
+    new_install,
+    referrer_from_location,
+)
+
+ROW_KEY = re.compile(r'<tr data-key="(\w+):([0-9a-f-]{36})">')
+
+
+async def setup(app: App) -> dict[str, Any]:
+    async with app.client("sk_test") as c:
+        assert (await c.patch("/v1/platforms", json=PLATFORMS)).status_code == 200
+        r = await c.post("/v1/links", json={"path": "/live", "title": "Live link"})
+    return r.json()  # type: ignore[no-any-return]
+
+
+async def tap(app: App, slug: str, ua: str = IOS_UA, **headers: str) -> str:
+    async with app.client(**{"user-agent": ua, **headers}) as c:
+        return str((await c.get(f"/{slug}")).headers.get("location", ""))
+
+
+async def every_kind(app: App, ln: dict[str, Any]) -> str:
+    """A click, an install from it, an open and a conversion; the install id."""
+    location = await tap(app, ln["slug"], ANDROID_UA, **{"cf-ipcountry": "DE"})
+    install = new_install()
+    async with app.client("pk_test", **SDK) as c:
+        await c.post("/v1/sdk/init", json=init_body(
+            install, "android", referrer=referrer_from_location(location)))
+        await c.post("/v1/sdk/resolve", json={"url": ln["url"], "installId": install})
+        r = await c.post("/v1/sdk/events", json={"installId": install, "events": [{
+            "id": str(uuid.uuid4()), "name": "purchase", "linkId": ln["id"],
+            "occurredAt": iso_utc(app.services.clock.now_ms()),
+            "properties": {"revenue": 12.5, "currency": "EUR"}}]})
+        assert r.status_code == 200, r.text
+    await app.flush()
+    return install
+
+
+async def poll(m: Member, **params: object) -> dict[str, Any]:
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    r = await m.get(f"/dashboard/live/events?{query}")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    return r.json()  # type: ignore[no-any-return]
+
+
+async def test_the_page_lists_every_kind_of_event_newest_first(app: App) -> None:
+    ln = await setup(app)
+    install = await every_kind(app, ln)
+    m = await signed_in(app, owner(app))
+    r = await m.get("/dashboard/live")
+    assert r.status_code == 200
+    kinds = [k for k, _ in ROW_KEY.findall(r.text)]
+    assert sorted(kinds) == ["click", "conversion", "install", "open"]
+    assert kinds[0] in ("conversion", "open") and kinds[-1] == "click"
+    page = r.text
+    assert "Android 10 · DE" in page and "Android · deterministic · install referrer" in page
+    assert "Android · app link" in page and "purchase · 12.5 EUR" in page
+    assert f"/dashboard/build/debugger?install={install}#install-result" in page
+    assert re.search(r"/dashboard/build/debugger\?click=[0-9a-f-]{36}&amp;at=\d+#click-result",
+                     page)
+    # the poll's script, its settings, and a way forward without JavaScript
+    assert re.search(r'<script src="/dashboard/static/live.js\?v=\w+" defer></script>', page)
+    assert 'data-poll="/dashboard/live/events"' in page and 'data-every="5"' in page
+    assert "<noscript>" in page and 'href="/dashboard/live"' in page
+    assert "Mozilla" not in page and "127.0.0.1" not in page
+    await m.aclose()
+
+
+async def test_the_poll_answers_what_came_since(app: App) -> None:
+    ln = await setup(app)
+    await tap(app, ln["slug"])
+    await app.flush()
+    m = await signed_in(app, owner(app))
+    first = await poll(m, after=0)
+    assert [k.split(":")[0] for k in first["keys"]] == ["click"]
+    assert first["workspace"] == f"{app.project_id}:test"
+    assert first["html"].count("<tr data-key=") == 1 and "iOS 26" in first["html"]
+    # later: the same click is within the lag window, a new one is added
+    later = app.services.clock.now_ms()
+    await tap(app, ln["slug"], ANDROID_UA)
+    await app.flush()
+    second = await poll(m, after=later, im=first["im"])
+    kinds = [k.split(":")[0] for k in second["keys"]]
+    assert kinds.count("click") >= 1 and "Android 10" in second["html"]
+    assert second["after"] >= later
+    # a poll from far in the future answers nothing new
+    assert (await poll(m, after=later + 3_600_000, im=second["im"]))["keys"] == []
+    assert (await poll(m, after="junk"))["keys"]                   # read as 0
+    await m.aclose()
+
+
+async def test_installs_are_read_only_when_the_counter_moved(app: App) -> None:
+    await setup(app)
+    async with app.client("pk_test", **SDK) as c:
+        await c.post("/v1/sdk/init", json=init_body(new_install(), "ios"))
+    m = await signed_in(app, owner(app))
+    first = await poll(m, after=0)
+    assert [k.split(":")[0] for k in first["keys"]] == ["install"]
+    assert first["im"].endswith(":1")
+    # the same marker: the walk of installs is skipped, so none is answered
+    assert (await poll(m, after=0, im=first["im"]))["keys"] == []
+    async with app.client("pk_test", **SDK) as c:
+        await c.post("/v1/sdk/init", json=init_body(new_install(), "android"))
+    again = await poll(m, after=0, im=first["im"])
+    assert again["im"].endswith(":2") and len(again["keys"]) == 2
+    assert "unattributed" in again["html"]
+    await m.aclose()
+
+
+async def test_the_feed_follows_the_mode_and_needs_a_session(app: App) -> None:
+    ln = await setup(app)
+    await tap(app, ln["slug"])
+    await app.flush()
+    m = await signed_in(app, await add_user(app, "mkt@example.com", Role.MARKETER))
+    assert len((await poll(m, after=0))["keys"]) == 1               # everyone may watch
+    await m.post("/dashboard/mode", {"mode": "live"})
+    live = await poll(m, after=0)
+    assert live["keys"] == [] and live["workspace"] == f"{app.project_id}:live"
+    page = await m.get("/dashboard/live")
+    assert "Waiting for the first event" in page.text
+    async with browser(app) as anonymous:
+        r = await anonymous.get("/dashboard/live/events?after=0")
+    assert r.status_code == 303 and r.headers["location"].startswith("/dashboard?next=")
+    await m.aclose()
+
+
+async def test_newest_first_reads_honour_since_and_limit(app: App) -> None:
+    ln = await setup(app)
+    for _ in range(5):
+        await tap(app, ln["slug"])
+    await app.flush()
+    store = app.services.store
+    clicks = dashboard_reads.recent_clicks(store, app.project_id, Mode.TEST, limit=3)
+    assert len(clicks) == 3 and [c.at_ms for c in clicks] == sorted(
+        (c.at_ms for c in clicks), reverse=True)
+    newest = clicks[0]
+    assert dashboard_reads.recent_clicks(store, app.project_id, Mode.TEST,
+                                         since_ms=newest.at_ms + 1) == []
+    assert dashboard_reads.find_click(store, app.project_id, Mode.TEST, newest.id,
+                                      newest.at_ms) == newest
+    assert dashboard_reads.find_click(store, app.project_id, Mode.LIVE, newest.id,
+                                      newest.at_ms) is None
+    assert dashboard_reads.recent_clicks(store, app.project_id, Mode.LIVE) == []
+    assert len(dashboard_reads.clicks_of_link(store, app.project_id, Mode.TEST, ln["id"])) == 5
+    assert dashboard_reads.clicks_of_link(store, app.project_id, Mode.TEST,
+                                          str(uuid.uuid4())) == []
+    installs = [new_install() for _ in range(4)]
+    async with app.client("pk_test", **SDK) as c:
+        for iid in installs:
+            await c.post("/v1/sdk/init", json=init_body(iid, "android"))
+    got = dashboard_reads.recent_installs(store, app.project_id, Mode.TEST, limit=2)
+    assert len(got) == 2 and got[0].created_at_ms >= got[1].created_at_ms
+    assert {i.install_id for i in dashboard_reads.recent_installs(
+        store, app.project_id, Mode.TEST)} == set(installs)
