@@ -15,9 +15,11 @@ import contextlib
 import json
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 
+import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
@@ -31,6 +33,18 @@ from web.front import Front
 from web.services import system_random
 
 log = logging.getLogger("svc")
+
+
+def _concrete_port(config: Config) -> Config:
+    """``--port 0`` picks a free port now, so that the public base URL (short
+    links, the dashboard's snippets) names the port actually served."""
+    if config.port != 0:
+        return config
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.bind((config.host, 0))
+        port = int(probe.getsockname()[1])
+    return attrs.evolve(config, port=port)
 
 
 def hypercorn_config(config: Config) -> HypercornConfig:
@@ -60,6 +74,7 @@ async def serve(config: Config, *, clock: Clock | None = None, bootstrap: bool =
                 stop: trio.Event | None = None,
                 on_ready: Callable[[list[str]], Awaitable[None] | None] | None = None) -> None:
     logs.setup(config.log_level)
+    config = _concrete_port(config)
     clock = clock or SystemClock()
     stop = stop or trio.Event()
     store = LmdbStore(config.data_dir, map_size=config.map_size)
