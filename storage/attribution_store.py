@@ -97,8 +97,8 @@ class AttributionStore:
         self.public_url = public_url
         self._db = {name: store.db(name) for name in (
             b"clicks", b"click_window", b"click_window_by_time", b"tokens", b"tokens_by_time",
-            b"installs", b"install_decisions", b"opens", b"handoffs", b"handoffs_by_time",
-            b"counters", b"links")}
+            b"installs", b"installs_by_time", b"install_decisions", b"opens", b"handoffs",
+            b"handoffs_by_time", b"counters", b"links")}
 
     # -- reads ------------------------------------------------------------------
 
@@ -212,6 +212,8 @@ class AttributionStore:
                         db=db[b"install_decisions"])
                 self._count_install(txn, new, event_id, now_ms)
             txn.put(key, encode(new), db=db[b"installs"])
+            txn.put(layout.scope(project_id, mode.value) + layout.ms(new.created_at_ms)
+                    + layout.uid(new.install_id), b"", db=db[b"installs_by_time"])
             result = LaunchResult(new, link, decision, created=True)
             self.store.record_response(txn, idem, result)
             return result

@@ -7,17 +7,14 @@ domains), so quota, slug and idempotency rules stay in one place.
 
 Costs. Clicks, opens and custom events are keyed project | mode | time | id,
 so "the newest N since T" is one reverse range read. Installs are keyed by
-install id (their lookup on every launch), so :func:`recent_installs` walks
-all of the project's installs in the mode: linear in their number. Live
-events avoid repeating that walk with :func:`installs_marker`, the project's
-install counter of the day (one get): while it is unchanged no install was
-recorded, and the walk is skipped. A time index of installs written by the
-launch op would make the walk a range read.
+install id (their lookup on every launch) and found by time through the
+``installs_by_time`` index, also one reverse range read. Live events still
+skip even that while :func:`installs_marker`, the project's install counter of
+the day (one get), is unchanged.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Sequence
 
 import attrs
@@ -153,26 +150,12 @@ def recent_opens(store: LmdbStore, project_id: str, mode: Mode, *, since_ms: int
 
 def recent_installs(store: LmdbStore, project_id: str, mode: Mode, *, since_ms: int = 0,
                     limit: int = 50) -> list[Install]:
-    """Installs created at or after ``since_ms``, newest first (a walk of all
-    the project's installs in the mode; see the module docstring)."""
+    """Installs created at or after ``since_ms``, newest first."""
     scope = layout.scope(project_id, mode.value)
-    kept: list[tuple[int, str, Install]] = []
+    rows = _newest(store, b"installs_by_time", scope, since_ms, limit)
     with store.read() as txn:
-        cur = txn.cursor(db=store.db(b"installs"))
-        ok = cur.set_range(scope)
-        while ok:
-            key = bytes(cur.key())
-            if not key.startswith(scope):
-                break
-            install = decode(Install, bytes(cur.value()))
-            if install.created_at_ms >= since_ms:
-                item = (install.created_at_ms, install.install_id, install)
-                if len(kept) < limit:
-                    heapq.heappush(kept, item)
-                elif item[:2] > kept[0][:2]:
-                    heapq.heapreplace(kept, item)
-            ok = cur.next()
-    return [i for _, _, i in sorted(kept, key=lambda t: t[:2], reverse=True)]
+        raws = [txn.get(scope + k[25:], db=store.db(b"installs")) for k, _ in rows]
+    return [decode(Install, bytes(r)) for r in raws if r is not None]
 
 
 def installs_marker(store: LmdbStore, project_id: str, mode: Mode, now_ms: int) -> str:

@@ -1,10 +1,9 @@
 """Raw records for exports, a bounded page at a time.
 
 Clicks and opens are keyed project | mode | time | id, so a time range is one
-key range. Installs are keyed by install id (their lookup on every launch),
-so an export of installs walks the project's installs and keeps those created
-in the range: constant memory, but time proportional to all the project's
-installs. Custom events are read by ``EventsStore.pages``.
+key range. Installs are keyed by install id (their lookup on every launch)
+and found by time through ``installs_by_time``. Custom events are read by
+``EventsStore.pages``.
 """
 
 from __future__ import annotations
@@ -41,10 +40,11 @@ def opens(store: LmdbStore, project_id: str, mode: Mode, start_ms: int, end_ms: 
 
 def installs(store: LmdbStore, project_id: str, mode: Mode, start_ms: int, end_ms: int,
              page_size: int = PAGE_SIZE) -> Iterator[list[Install]]:
-    """Installs created in ``[start_ms, end_ms)``, in install id order."""
+    """Installs created in ``[start_ms, end_ms)``, oldest first."""
     scope = layout.scope(project_id, mode.value)
-    for page in range_pages(store, b"installs", scope, layout.prefix_end(scope), page_size):
-        kept = [i for i in (decode(Install, v) for _, v in page)
-                if start_ms <= i.created_at_ms < end_ms]
-        if kept:
-            yield kept
+    installs_db = store.db(b"installs")
+    for page in range_pages(store, b"installs_by_time", scope + layout.ms(max(0, start_ms)),
+                            scope + layout.ms(max(0, end_ms)), page_size):
+        with store.read() as txn:
+            raws = [txn.get(scope + k[25:], db=installs_db) for k, _ in page]
+        yield [decode(Install, bytes(r)) for r in raws if r is not None]

@@ -40,6 +40,7 @@ DATABASES = (
     b"handoffs_by_time",  # expires ms | handoff key -> b"" (expiry sweep)
     b"installs",         # project | mode | install id -> Install
     b"install_decisions",  # project | mode | install id -> how its first launch was judged
+    b"installs_by_time",  # project | mode | created ms | install id -> b"" (schema 2)
     b"clicks",           # project | mode | ms | click id -> Click
     b"click_window",     # project | mode | ms | click id -> ClickWindowEntry
     b"click_window_by_time",  # ms | project | mode | click id -> b"" (purge sweep)

@@ -13,11 +13,28 @@ from typing import Any
 
 import lmdb
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _KEY = b"schema_version"
+Databases = dict[bytes, Any]
 
-# version N -> function taking the write txn, bringing data from N-1 to N.
-MIGRATIONS: dict[int, Callable[[lmdb.Transaction], None]] = {}
+
+def _index_installs_by_time(txn: lmdb.Transaction, dbs: Databases) -> None:
+    """2: installs get a time index (project | mode | created ms | install id),
+    so exports and Live events read a time range instead of every install."""
+    import cbor2
+
+    index = dbs[b"installs_by_time"]
+    for key, raw in txn.cursor(db=dbs[b"installs"]).iternext():
+        created = int(cbor2.loads(bytes(raw))["created_at_ms"])
+        k = bytes(key)
+        txn.put(k[:17] + created.to_bytes(8, "big") + k[17:], b"", db=index)
+
+
+# version N -> function taking the write txn and the databases, bringing data
+# from N-1 to N.
+MIGRATIONS: dict[int, Callable[[lmdb.Transaction, Databases], None]] = {
+    2: _index_installs_by_time,
+}
 
 
 class SchemaTooNew(RuntimeError):
@@ -29,7 +46,8 @@ def stored_version(txn: lmdb.Transaction, meta: Any) -> int | None:
     return int(bytes(raw).decode()) if raw is not None else None
 
 
-def migrate(txn: lmdb.Transaction, meta: Any) -> int:
+def migrate(txn: lmdb.Transaction, dbs: Databases) -> int:
+    meta = dbs[b"meta"]
     current = stored_version(txn, meta)
     if current is None:
         txn.put(_KEY, str(SCHEMA_VERSION).encode(), db=meta)
@@ -39,6 +57,6 @@ def migrate(txn: lmdb.Transaction, meta: Any) -> int:
             f"data dir has schema {current}, this svc knows up to {SCHEMA_VERSION}: upgrade svc"
         )
     for v in range(current + 1, SCHEMA_VERSION + 1):
-        MIGRATIONS[v](txn)
+        MIGRATIONS[v](txn, dbs)
         txn.put(_KEY, str(v).encode(), db=meta)
     return SCHEMA_VERSION

@@ -173,3 +173,27 @@ async def test_decode_cache_follows_the_stored_bytes(store: LmdbStore) -> None:
     assert store.get_settings(pid) is first  # decoded once
     await store.put_settings(pid, DeferredSettings(ios_landing_page=False), None)
     assert store.get_settings(pid).ios_landing_page is False
+
+
+def test_migration_to_schema_2_indexes_existing_installs(tmp_path: os.PathLike[str]) -> None:
+    from storage import layout
+    from storage.codec import encode
+    from svc_engine.installs import Install
+    from svc_engine.keys import Mode
+
+    path = os.path.join(str(tmp_path), "v1")
+    s = LmdbStore(path, map_size=16 << 20)
+    pid, iid = "00000000-0000-4000-8000-000000000003", "00000000-0000-4000-8000-0000000000a1"
+    install = Install(install_id=iid, project_id=pid, mode=Mode.LIVE, platform="ios",
+                      created_at_ms=1234)
+    with s.env.begin(write=True) as txn:  # a data dir as schema 1 left it
+        txn.put(layout.scope(pid, "live") + layout.uid(iid), encode(install),
+                db=s.db(b"installs"))
+        txn.drop(s.db(b"installs_by_time"), delete=False)
+        txn.put(b"schema_version", b"1", db=s.db(b"meta"))
+    s.close()
+    s = LmdbStore(path, map_size=16 << 20)
+    assert s.meta("schema_version") == str(SCHEMA_VERSION).encode() == b"2"
+    keys = [k for k, _ in s.scan(b"installs_by_time", b"")]
+    assert keys == [layout.scope(pid, "live") + layout.ms(1234) + layout.uid(iid)]
+    s.close()
