@@ -28,7 +28,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from actors.clock import Clock, SystemClock
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
-from web import connection_cap, logs, tenancy
+from web import connection_cap, logs, tenancy, useragent
 from web.assembly import build_front, start_services
 from web.front import Front
 from web.services import system_random
@@ -122,6 +122,7 @@ async def _serve_with_store(config: Config, store: LmdbStore, clock: Clock, boot
     async with trio.open_nursery() as nursery:
         services = await start_services(nursery, config, store, clock, secret)
         front = build_front(services)
+        useragent.prepare()  # compile the parser and bot tables before the first tap
         _tune_gc()
         nursery.start_soon(_wait_for_signal, stop)
         async with trio.open_nursery() as http:
