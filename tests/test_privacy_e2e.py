@@ -56,3 +56,30 @@ def test_no_address_agent_or_referrer_path_is_stored_or_logged(
     logs = srv.logs()
     for n in needles:
         assert n.decode("latin-1") not in logs, n
+
+
+def test_no_secret_is_ever_logged(server_factory: type[ServerProcess]) -> None:
+    srv = server_factory().start()
+    keys, owner = srv.info["keys"], srv.info["owner"]
+    with srv.client("sk_live") as c:
+        hook = c.post("/v1/webhooks/endpoints", json={"url": "https://localhost:9/h"}).json()
+        rotated = c.post(f"/v1/webhooks/endpoints/{hook['id']}/rotate-secret").json()
+        c.patch("/v1/deferred/settings", json={"iosLandingPage": True})
+        c.get("/v1/deferred/settings", headers={"authorization": "Bearer sk_live_" + "x" * 32})
+    with srv.client("pk_live") as c:
+        c.post("/v1/sdk/links", json={"path": "/x"})
+    with srv.client() as c:  # a failed and a good dashboard sign-in
+        page = c.get("/dashboard")
+        token = page.text.split('name="csrf" value="')[1].split('"')[0] \
+            if 'name="csrf" value="' in page.text else ""
+        answers = [c.post("/dashboard/sign-in", data={"email": owner["email"],
+                                                        "password": password, "csrf": token})
+                   for password in ("wrong-password-123", owner["password"])]
+        assert answers[0].status_code in (400, 401, 403) and answers[1].status_code in (302, 303)
+    srv.stop()
+    logs = srv.logs()
+    secrets = [*keys.values(), owner["password"], "wrong-password-123", hook["secret"],
+               rotated.get("secret", hook["secret"])]
+    for secret in secrets:
+        assert secret not in logs, secret[:8]
+    assert "POST /v1/webhooks/endpoints 201" in logs  # the requests were logged, safely
