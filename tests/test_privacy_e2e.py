@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import os
 
+import httpx
 import pytest
 
 from tests.server_process import ServerProcess
@@ -68,7 +69,7 @@ def test_no_secret_is_ever_logged(server_factory: type[ServerProcess]) -> None:
         c.get("/v1/deferred/settings", headers={"authorization": "Bearer sk_live_" + "x" * 32})
     with srv.client("pk_live") as c:
         c.post("/v1/sdk/links", json={"path": "/x"})
-    with srv.client() as c:  # a failed and a good dashboard sign-in
+    with httpx.Client(base_url=srv.url) as c:  # a failed and a good dashboard sign-in
         page = c.get("/dashboard")
         token = page.text.split('name="csrf" value="')[1].split('"')[0] \
             if 'name="csrf" value="' in page.text else ""
