@@ -19,9 +19,12 @@ from svc_engine.keys import KeyKind, Mode
 from svc_engine.links import new_link, new_slug, parse_link_create
 from svc_engine.records import Role
 from svc_engine.roles import MATRIX, Action
+from svc_engine.webhook_delivery import DeliveryStatus
 from tests.conftest import App
 from tests.dashboard_support import Member, add_user, dashboard_of, owner, signed_in
+from tests.dashboard_webhook_support import UNREACHABLE, make_delivery, make_endpoint
 from web import tenancy
+from web.dashboard.webhook_display import secret_check
 
 Setup = Callable[[App, Member], Awaitable[tuple[str, dict[str, str]]]]
 
@@ -109,6 +112,27 @@ async def domain_removal(app: App, m: Member) -> tuple[str, dict[str, str]]:
     return f"/dashboard/build/domains/{domain}/remove", {}
 
 
+def on_webhook(suffix: str, data: dict[str, str] | None = None) -> Setup:
+    async def setup(app: App, m: Member) -> tuple[str, dict[str, str]]:
+        endpoint = await make_endpoint(app)
+        return f"/dashboard/settings/webhooks/{endpoint.id}{suffix}", dict(data or {})
+    return setup
+
+
+def on_delivery(status: DeliveryStatus, suffix: str) -> Setup:
+    async def setup(app: App, m: Member) -> tuple[str, dict[str, str]]:
+        d = await make_delivery(app, await make_endpoint(app), status)
+        return f"/dashboard/settings/webhooks/deliveries/{d.id}{suffix}", {}
+    return setup
+
+
+async def rotation(app: App, m: Member) -> tuple[str, dict[str, str]]:
+    endpoint = await make_endpoint(app)
+    return f"/dashboard/settings/webhooks/{endpoint.id}/rotate", {
+        "secret_check": secret_check(endpoint)}
+
+
+WEBHOOK_FORM = {"url": UNREACHABLE, "events": "click"}
 CASES = [
     Case("GET", "/dashboard/build/sdk", Action.SDK_VIEW, fixed("/dashboard/build/sdk"), 200),
     Case("GET", "/dashboard/settings/keys", Action.KEYS_VIEW,
@@ -167,6 +191,38 @@ CASES = [
     Case("POST", "/dashboard/build/domains", Action.DOMAINS_MANAGE, unique_domain, 303),
     Case("POST", "/dashboard/build/domains/<domain>/remove", Action.DOMAINS_MANAGE,
          domain_removal, 303),
+    Case("GET", "/dashboard/settings/webhooks", Action.WEBHOOKS_VIEW,
+         fixed("/dashboard/settings/webhooks"), 200),
+    Case("GET", "/dashboard/settings/webhooks/new", Action.WEBHOOKS_MANAGE,
+         fixed("/dashboard/settings/webhooks/new"), 200),
+    Case("POST", "/dashboard/settings/webhooks/new", Action.WEBHOOKS_MANAGE,
+         fixed("/dashboard/settings/webhooks/new", WEBHOOK_FORM), 200),
+    Case("GET", "/dashboard/settings/webhooks/<endpoint_id>", Action.WEBHOOKS_VIEW,
+         on_webhook(""), 200),
+    Case("GET", "/dashboard/settings/webhooks/<endpoint_id>/edit", Action.WEBHOOKS_MANAGE,
+         on_webhook("/edit"), 200),
+    Case("POST", "/dashboard/settings/webhooks/<endpoint_id>/edit", Action.WEBHOOKS_MANAGE,
+         on_webhook("/edit", WEBHOOK_FORM), 303),
+    Case("POST", "/dashboard/settings/webhooks/<endpoint_id>/test", Action.WEBHOOKS_MANAGE,
+         on_webhook("/test"), 303),
+    Case("POST", "/dashboard/settings/webhooks/<endpoint_id>/disable", Action.WEBHOOKS_MANAGE,
+         on_webhook("/disable"), 303),
+    Case("POST", "/dashboard/settings/webhooks/<endpoint_id>/enable", Action.WEBHOOKS_MANAGE,
+         on_webhook("/enable"), 303),
+    Case("POST", "/dashboard/settings/webhooks/<endpoint_id>/rotate", Action.WEBHOOKS_MANAGE,
+         rotation, 200),
+    Case("GET", "/dashboard/settings/webhooks/<endpoint_id>/delete", Action.WEBHOOKS_MANAGE,
+         on_webhook("/delete"), 200),
+    Case("POST", "/dashboard/settings/webhooks/<endpoint_id>/delete", Action.WEBHOOKS_MANAGE,
+         on_webhook("/delete", {"confirm": "delete"}), 303),
+    Case("GET", "/dashboard/settings/webhooks/deliveries", Action.WEBHOOKS_VIEW,
+         fixed("/dashboard/settings/webhooks/deliveries"), 200),
+    Case("GET", "/dashboard/settings/webhooks/deliveries/<delivery_id>", Action.WEBHOOKS_VIEW,
+         on_delivery(DeliveryStatus.DELIVERED, ""), 200),
+    Case("POST", "/dashboard/settings/webhooks/deliveries/<delivery_id>/retry",
+         Action.WEBHOOKS_MANAGE, on_delivery(DeliveryStatus.FAILED, "/retry"), 303),
+    Case("POST", "/dashboard/settings/webhooks/deliveries/<delivery_id>/resend",
+         Action.WEBHOOKS_MANAGE, on_delivery(DeliveryStatus.DELIVERED, "/resend"), 303),
 ]
 PUBLIC = {("GET", "/dashboard"), ("POST", "/dashboard/sign-in"),
           ("GET", "/dashboard/invite/<token>"), ("POST", "/dashboard/invite/<token>"),

@@ -30,6 +30,8 @@ from web.dashboard import (
     views_platforms,
     views_sdk,
     views_team,
+    views_webhook_deliveries,
+    views_webhooks,
     views_workspace,
 )
 from web.dashboard.context import Dashboard, fmt_date, fmt_time, roles_text
@@ -38,6 +40,7 @@ from web.services import Services
 VIEW_MODULES: tuple[ModuleType, ...] = (
     views_auth, views_workspace, views_sdk, views_keys, views_team, views_billing,
     views_links, views_live, views_debugger, views_platforms, views_domains,
+    views_webhooks, views_webhook_deliveries,
 )
 MAX_FORM_BYTES = 64 * 1024
 
