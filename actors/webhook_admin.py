@@ -108,11 +108,15 @@ async def rotate_secret(actor: WebhookActor, project_id: str, mode: Mode, endpoi
 
 
 async def set_enabled(actor: WebhookActor, project_id: str, mode: Mode, endpoint_id: str,
-                      on: bool, idem: IdemWrite | None) -> Endpoint:
+                      on: bool, idem: IdemWrite | None, *, by: str = "") -> Endpoint:
+    """Turn on or off; ``by`` names who turned it off (shown with the Off state)."""
+
     async def do() -> Endpoint:
         endpoint = _owned(actor, project_id, mode, endpoint_id)
         now = actor.now_ms()
-        changed = records.turn_on(endpoint, now) if on else records.turn_off(endpoint, now)
+        detail = f"Turned off by {by}" if by else ""
+        changed = (records.turn_on(endpoint, now) if on
+                   else records.turn_off(endpoint, now, detail))
         saved = await _save(actor, changed, idem)
         if on and endpoint.is_off:
             await actor.rearm(saved)

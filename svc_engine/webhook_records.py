@@ -171,9 +171,11 @@ def rotate_secret(endpoint: Endpoint, secret: str, now_ms: int) -> Endpoint:
     return attrs.evolve(endpoint, secret=secret, updated_at_ms=now_ms)
 
 
-def turn_off(endpoint: Endpoint, now_ms: int) -> Endpoint:
+def turn_off(endpoint: Endpoint, now_ms: int, detail: str = "") -> Endpoint:
+    """Off by a person; ``detail`` says who ("Turned off by ana@example.com")."""
     return attrs.evolve(
-        endpoint, health=health_rules.turn_off(endpoint.health, now_ms), updated_at_ms=now_ms
+        endpoint, health=health_rules.turn_off(endpoint.health, now_ms, detail),
+        updated_at_ms=now_ms,
     )
 
 

@@ -367,9 +367,9 @@ async def test_turn_off_shows_the_reason_and_turn_on_resets(app: App, boss: Memb
     assert r.headers["location"] == f"{WH}/{endpoint.id}?done=webhook-off"
     page = text(await boss.get(r.headers["location"]))
     assert "The endpoint is off." in page and "This endpoint is off." in page
-    assert "Turned off by a team member on" in page
+    assert "Turned off by owner@localhost on" in page  # who turned it off, and when
     assert "Send test" not in page and "Turn on" in page
-    assert "Off Turned off by a team member on" in text(await boss.get(WH))
+    assert "Off Turned off by owner@localhost on" in text(await boss.get(WH))
     refused = await boss.post(f"{WH}/{endpoint.id}/test")
     assert refused.status_code == 409 and "turn it on to send a test event" in text(refused)
     r = await boss.post(f"{WH}/{endpoint.id}/enable")

@@ -210,7 +210,8 @@ def register(dash: Dashboard) -> None:
         async def handler(viewer: Viewer, endpoint_id: str) -> ResponseReturnValue:
             endpoint = owned_endpoint(tables_of(dash), viewer, endpoint_id)
             refused = await act(viewer, endpoint, admin.set_enabled(
-                actor_of(dash), endpoint.project_id, endpoint.mode, endpoint.id, on, None))
+                actor_of(dash), endpoint.project_id, endpoint.mode, endpoint.id, on, None,
+                by=viewer.user.email))
             return refused or see_other(url_for("webhook", endpoint_id=endpoint.id,
                                                 done="webhook-on" if on else "webhook-off"))
         return handler
