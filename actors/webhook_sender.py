@@ -3,24 +3,23 @@
 WebhookSenders make the outbound calls and report what happened; they never
 decide retries or health (the WebhookActor does, from ``AttemptReport``).
 
-* One shared ``httpx.AsyncClient`` (trio backend) for every delivery: a
-  client per delivery costs ~19 ms of CPU building its TLS context
-  (reading/perf-ceiling.md 2.5). Its proxies-from-environment are off
-  (``trust_env=False``), so no proxy variable can route around the guard.
-* The address guard sits where connections are made: ``GuardedBackend`` is
-  the connection pool's network backend. It resolves the host itself, judges
-  every address with ``svc_engine.ssrf.url_target_rule`` (private, loopback,
-  link-local, multicast and metadata addresses refused unless in
-  ``webhook_allow_cidrs``; literal ``localhost``, ``127.0.0.1`` and ``[::1]``
-  URLs allowed), and dials only the addresses it judged. There is no second
-  lookup between check and connect, so DNS rebinding has nothing to exploit.
-  TLS still verifies the certificate for the URL's host name (SNI and
-  hostname check use the name, not the address). A kept-alive connection
-  stays on the address it was judged for; ``keepalive_expiry`` (30 s) bounds
-  how long a re-pointed name keeps reaching its old address.
+* One ``H11Client`` (actors/h11_client.py: trio + h11, HTTP/1.1, a keep-alive
+  pool per vetted address, port and TLS host) and one TLS context for every
+  delivery: a TLS context per delivery costs ~19 ms of CPU
+  (reading/perf-ceiling.md 2.5). Nothing is read from the environment, so no
+  proxy variable can route around the guard.
+* The address guard decides where to connect: ``url_target_rule`` on the URL
+  (private, loopback, link-local, multicast and metadata addresses refused
+  unless in ``webhook_allow_cidrs``; literal ``localhost``, ``127.0.0.1`` and
+  ``[::1]`` URLs allowed; plain http only for those). A host name is resolved
+  once per attempt by ``GuardedBackend``, every address of the answer is
+  judged, and only the judged addresses are dialled or taken from the pool.
+  There is no second lookup between check and connect, so DNS rebinding has
+  nothing to exploit. TLS verifies the certificate for the URL's host name
+  (SNI and hostname check use the name, not the address).
 * Redirects are never followed (a 3xx is a failed attempt).
-* The 10-second limit covers the whole attempt: resolution, connection, TLS,
-  request, response head and reading the body (``trio.move_on_after``).
+* One deadline (10 s, ``deadline_s``) covers the whole attempt: resolution,
+  connection, TLS, request, response head and reading the body.
 * At most ``READ_LIMIT`` bytes of the answer are read (raw, with
   ``Accept-Encoding: identity``, so nothing is decompressed); a longer body
   closes the connection. The delivery keeps the first 4 KiB.
@@ -30,20 +29,22 @@ decide retries or health (the WebhookActor does, from ``AttemptReport``).
 
 from __future__ import annotations
 
+import functools
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+from urllib.parse import urlsplit
 
 import attrs
 import certifi
-import httpcore
-import httpx
+import h11
 import trio
 
 from actors.clock import Clock
+from actors.h11_client import H11Client, Pool, connect_tcp
 from svc_engine import signing
-from svc_engine.ssrf import BLOCKED, RESOLVE, url_target_rule
+from svc_engine.ssrf import BLOCKED, DEFAULT_PORTS, RESOLVE, TargetVerdict, url_target_rule
 from svc_engine.webhook_retry import (
     BLOCKED_ADDRESS,
     CONNECTION_ERROR,
@@ -54,14 +55,27 @@ from svc_engine.webhook_retry import (
 from svc_engine.webhook_steps import Answer
 
 READ_LIMIT = 64 * 1024
-MAX_CONNECTIONS = 256
-KEEPALIVE_EXPIRY_S = 30.0
 
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+
+_target_rule = functools.lru_cache(maxsize=4096)(url_target_rule)
+"""``url_target_rule`` is pure; a delivery's URL is judged once, not per attempt.
+(Arguments must be hashable: tuples for the addresses and the allow-list.)"""
 
 
 class BlockedAddress(Exception):
     """The guard refused every way to reach the host; the text says why."""
+
+
+class Dialer(Protocol):
+    async def connect_tcp(self, host: str, port: int) -> trio.SocketStream: ...
+
+
+class TcpDialer:
+    """Connects to an IP address; never resolves."""
+
+    async def connect_tcp(self, host: str, port: int) -> trio.SocketStream:
+        return await connect_tcp(host, port)
 
 
 @attrs.frozen
@@ -99,113 +113,61 @@ async def system_resolver(host: str, port: int) -> Sequence[str]:
     try:
         infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as e:
-        raise httpcore.ConnectError(f"cannot resolve {host}: {e}") from None
+        raise OSError(f"cannot resolve {host}: {e}") from None
     return [str(info[4][0]) for info in infos]
 
 
-class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """The connection pool's backend: resolve, judge, dial only allowed addresses."""
+class GuardedBackend:
+    """Resolve once, judge every address, dial only the addresses judged."""
 
     def __init__(self, allow: Sequence[str] = (), resolver: Resolver = system_resolver,
-                 inner: httpcore.AsyncNetworkBackend | None = None) -> None:
+                 inner: Dialer | None = None) -> None:
         self._allow = tuple(allow)
         self._resolve = resolver
-        self._inner = inner if inner is not None else httpcore.TrioBackend()
+        self._inner = inner if inner is not None else TcpDialer()
 
     async def allowed_addresses(self, host: str, port: int) -> tuple[str, ...]:
         named = f"[{host}]" if ":" in host else host
         url = f"https://{named}:{port}/"
-        verdict = url_target_rule(url, None, self._allow)
+        verdict = _target_rule(url, None, self._allow)
         if verdict.decision == RESOLVE:
-            verdict = url_target_rule(url, await self._resolve(host, port), self._allow)
+            resolved = tuple(await self._resolve(host, port))
+            verdict = _target_rule(url, resolved, self._allow)
         if not verdict.allowed:
             raise BlockedAddress(verdict.reason)
         return verdict.addresses
 
-    async def connect_tcp(self, host: str, port: int,
-                          timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-                          local_address: str | None = None,
-                          socket_options: Iterable[Any] | None = None
-                          ) -> httpcore.AsyncNetworkStream:
+    async def dial(self, addresses: Sequence[str], port: int) -> tuple[str, trio.SocketStream]:
+        """Connect to the first of ``addresses`` (already judged) that answers."""
         error: Exception | None = None
-        for address in await self.allowed_addresses(host, port):
+        for address in addresses:
             try:
-                return await self._inner.connect_tcp(address, port, timeout=timeout,
-                                                     local_address=local_address,
-                                                     socket_options=socket_options)
-            except httpcore.ConnectError as e:
+                return address, await self._inner.connect_tcp(address, port)
+            except Exception as e:  # any dial failure moves on to the next address
                 error = e
-        raise error or httpcore.ConnectError(f"no address to connect to for {host}")
+        raise error or OSError("no address to connect to")
 
-    async def connect_unix_socket(self, path: str,
-                                  timeout: float | None = None,  # noqa: ASYNC109 - as above
-                                  socket_options: Iterable[Any] | None = None
-                                  ) -> httpcore.AsyncNetworkStream:
-        raise BlockedAddress("unix sockets are not webhook targets")
-
-    async def sleep(self, seconds: float) -> None:
-        await trio.sleep(seconds)
+    async def connect_tcp(self, host: str, port: int) -> trio.SocketStream:
+        return (await self.dial(await self.allowed_addresses(host, port), port))[1]
 
 
-class _Body(httpx.AsyncByteStream):
-    """A response body that ends after ``limit`` bytes (the rest is never read).
+@attrs.frozen
+class _Request:
+    """What the sender needs of a URL besides the guard's verdict (cached per URL)."""
 
-    Past the limit it closes the pool's stream (which drops the connection)
-    and steps the stream once more, so every generator of httpcore's chain
-    ends on the closed connection instead of being left suspended.
-    """
-
-    def __init__(self, stream: Any, limit: int) -> None:
-        self._stream = stream
-        self._limit = limit
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        parts = self._stream.__aiter__()
-        size = 0
-        while True:
-            try:
-                part = await parts.__anext__()
-            except StopAsyncIteration:
-                return
-            yield part[: self._limit - size]
-            size += len(part)
-            if size >= self._limit:
-                await self.aclose()
-                try:
-                    while True:
-                        await parts.__anext__()
-                except Exception:  # the closed connection ends the chain
-                    return
-
-    async def aclose(self) -> None:
-        if hasattr(self._stream, "aclose"):
-            await self._stream.aclose()
+    target: bytes
+    host_header: bytes
+    tls: bool
 
 
-class GuardedTransport(httpx.AsyncBaseTransport):
-    """httpx's transport over an httpcore pool that uses ``GuardedBackend``."""
-
-    def __init__(self, ssl_context: ssl.SSLContext, backend: GuardedBackend) -> None:
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context, max_connections=MAX_CONNECTIONS,
-            max_keepalive_connections=MAX_CONNECTIONS, keepalive_expiry=KEEPALIVE_EXPIRY_S,
-            http1=True, http2=False, network_backend=backend)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        assert isinstance(request.stream, httpx.AsyncByteStream)
-        req = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(scheme=request.url.raw_scheme, host=request.url.raw_host,
-                             port=request.url.port, target=request.url.raw_path),
-            headers=request.headers.raw, content=request.stream,
-            extensions=request.extensions)
-        resp = await self._pool.handle_async_request(req)
-        return httpx.Response(status_code=resp.status, headers=resp.headers,
-                              stream=_Body(resp.stream, READ_LIMIT),
-                              extensions=resp.extensions)
-
-    async def aclose(self) -> None:
-        await self._pool.aclose()
+@functools.lru_cache(maxsize=1024)
+def _request_of(url: str, host: str, port: int) -> _Request:
+    split = urlsplit(url)
+    target = (split.path or "/") + (f"?{split.query}" if split.query else "")
+    scheme = split.scheme.lower()
+    named = f"[{host}]" if ":" in host else host
+    authority = named if port == DEFAULT_PORTS[scheme] else f"{named}:{port}"
+    return _Request(target.encode("ascii"), authority.encode("ascii"), scheme == "https")
 
 
 def ssl_context(ca_bundle: str | None = None) -> ssl.SSLContext:
@@ -214,24 +176,23 @@ def ssl_context(ca_bundle: str | None = None) -> ssl.SSLContext:
 
 
 class HttpSender:
-    """Makes attempts with one shared client; use ``async with`` to open it."""
+    """Makes attempts over one pooled client; use ``async with`` to open it."""
 
     def __init__(self, clock: Clock, *, allow: Sequence[str] = (),
-                 ca_bundle: str | None = None, resolver: Resolver = system_resolver) -> None:
+                 ca_bundle: str | None = None, resolver: Resolver = system_resolver,
+                 deadline_s: float = RESPONSE_DEADLINE_MS / 1000,
+                 pool: Pool | None = None) -> None:
         self._clock = clock
         self._allow = tuple(allow)
-        self._backend = GuardedBackend(self._allow, resolver)
-        self._client = httpx.AsyncClient(
-            transport=GuardedTransport(ssl_context(ca_bundle), self._backend),
-            follow_redirects=False, trust_env=False,
-            timeout=RESPONSE_DEADLINE_MS / 1000)
+        self._deadline_s = deadline_s
+        self._guard = GuardedBackend(self._allow, resolver)
+        self._client = H11Client(ssl_context(ca_bundle), dial=self._guard.dial, pool=pool)
 
     async def __aenter__(self) -> HttpSender:
-        await self._client.__aenter__()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._client.aclose()
+        self._client.close()
 
     async def attempt(self, job: SendJob) -> AttemptReport:
         started = self._clock.now_ms()
@@ -240,29 +201,43 @@ class HttpSender:
         detail = ""
         retry_after: str | None = None
         body = b""
-        verdict = url_target_rule(job.url, None, self._allow)
+        verdict = _target_rule(job.url, None, self._allow)
         if verdict.decision == BLOCKED:
             error, detail = BLOCKED_ADDRESS, verdict.reason
         else:
             headers = signing.build_headers(job.secret, job.delivery_id, started // 1000,
                                             job.body, job.event_type)
-            headers["accept-encoding"] = "identity"
-            with trio.move_on_after(RESPONSE_DEADLINE_MS / 1000) as scope:
+            with trio.move_on_after(self._deadline_s) as scope:
                 try:
-                    async with self._client.stream("POST", job.url, content=job.body,
-                                                   headers=headers) as resp:
-                        status = resp.status_code
-                        retry_after = resp.headers.get("retry-after")
-                        body = b"".join([c async for c in resp.aiter_raw()])[:READ_LIMIT]
+                    status, retry_after, body = await self._post(job, verdict, headers)
                 except BlockedAddress as e:
                     error, detail = BLOCKED_ADDRESS, str(e)
                 except Exception as e:  # any failure of the exchange is a failed attempt
                     error, detail = failure_of(e)
             if scope.cancelled_caught:
-                error, detail = TIMEOUT, "no complete answer within 10 s"
+                status, retry_after, body = None, None, b""
+                error, detail = TIMEOUT, f"no complete answer within {self._deadline_s:g} s"
         return AttemptReport(job=job, started_at_ms=started,
                              finished_at_ms=self._clock.now_ms(), status=status, error=error,
                              detail=detail, response_body=body, retry_after=retry_after)
+
+    async def _post(self, job: SendJob, verdict: TargetVerdict, headers: dict[str, str]
+                    ) -> tuple[int, str | None, bytes]:
+        if verdict.allowed:
+            addresses = verdict.addresses
+        else:
+            addresses = await self._guard.allowed_addresses(verdict.host, verdict.port)
+        req = _request_of(job.url, verdict.host, verdict.port)
+        head = [(b"host", req.host_header)]
+        head += [(k.encode("ascii"), v.encode("ascii")) for k, v in headers.items()]
+        head += [(b"content-length", b"%d" % len(job.body)), (b"accept-encoding", b"identity")]
+        request = h11.Request(method=b"POST", target=req.target, headers=head)
+        response = await self._client.request(addresses, verdict.port,
+                                              verdict.host if req.tls else None,
+                                              request, job.body, READ_LIMIT)
+        retry_after = response.header(b"retry-after")
+        return (response.status, None if retry_after is None else retry_after.decode("latin-1"),
+                response.body)
 
 
 def failure_of(exc: BaseException) -> tuple[str, str]:
@@ -274,7 +249,5 @@ def failure_of(exc: BaseException) -> tuple[str, str]:
         if isinstance(cause, ssl.SSLError):
             return TLS_ERROR, f"TLS error: {cause.reason or cause}"
         cause = cause.__cause__ or cause.__context__
-    if isinstance(exc, httpx.TimeoutException | httpcore.TimeoutException):
-        return TIMEOUT, f"timeout: {exc}"
     text = str(exc) or type(exc).__name__
     return CONNECTION_ERROR, f"connection error: {text}"

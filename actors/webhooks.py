@@ -27,7 +27,11 @@ only ever post to it without blocking, so no send goes up the graph.
   with ``call_nowait``; the report's write (attempt, next state, retry
   deadline, endpoint health) goes to the writer without waiting for the
   commit (commits are grouped; reads of deliveries by this actor first wait
-  for its own outstanding writes).
+  for its own outstanding writes). A report's write and the Sending writes
+  of the attempts it lets start are queued as one op, before the call that
+  made them ends, so they stay in order. The bodies of recently dispatched
+  events are kept in memory (actors/event_bodies.py), so starting an attempt
+  rarely reads its event back from the store.
 * **Restart**: deliveries found Sending are settled with
   ``webhook_delivery.requeue_interrupted`` (an interrupted scheduled attempt
   is sent again, same ``webhook-id``: at least once; receivers deduplicate),
@@ -53,6 +57,7 @@ import orjson
 import trio
 
 from actors.clock import Clock
+from actors.event_bodies import RecentBodies
 from actors.mailbox import Mailbox
 from actors.signal import Wakeup
 from actors.timer import TimerActor
@@ -124,7 +129,8 @@ class WebhookActor:
         self._in_flight: dict[str, int] = {}  # per endpoint
         self._running = 0  # jobs handed to senders and not yet reported
         self._parked_plan: dict[str, set[str]] = {}
-        self._unchecked: list[Pending[Any]] = []
+        self._unchecked: deque[Pending[Any]] = deque()  # in commit order (the writer is FIFO)
+        self._bodies = RecentBodies()  # of dispatched events, by (project, mode, event id)
         self._jobs_send, self._jobs_recv = trio.open_memory_channel[SendJob](senders)
         self._stats = WebhookStats()
 
@@ -186,18 +192,24 @@ class WebhookActor:
 
     async def _submit(self, op: Op[Any]) -> Pending[Any]:
         """Queue a write without waiting for its commit (failures are logged)."""
-        still: list[Pending[Any]] = []
-        for p in self._unchecked:
-            if not p.done:
-                still.append(p)
-            elif p.failed:
+        unchecked = self._unchecked
+        while unchecked and unchecked[0].done:
+            if unchecked.popleft().failed:
                 self._stats.write_failures += 1
                 log.error("a webhook state write failed; reloading endpoints")
                 await self._reload()
         p = await self._store.submit(op)
-        still.append(p)
-        self._unchecked = still
+        unchecked.append(p)
         return p
+
+    async def _submit_all(self, ops: list[Op[Any]]) -> None:
+        """Queue several writes as one op (one child transaction, one queue entry)."""
+        batch = list(ops)
+        ops.clear()
+        if len(batch) == 1:
+            await self._submit(batch[0])
+        elif batch:
+            await self._submit(lambda txn: [op(txn) for op in batch])
 
     async def _write(self, op: Op[Any]) -> Any:
         """Queue a write and wait until it is durable."""
@@ -252,10 +264,21 @@ class WebhookActor:
         created: list[Delivery] = await self._write(op)
         self._stats.events_dispatched += len(batch)
         self._stats.deliveries_created += len(created)
+        sent = {d.event_id for d in created}
+        for _, fan in planned:
+            if fan is not None and (made := fan.event).id in sent:
+                self._bodies.remember((made.project_id, made.mode, made.id), made.body)
         for d in created:
             await self._consider(d)
         await self._pump()
         return len(batch)
+
+    def _event_body(self, endpoint: Endpoint, event_id: str) -> bytes | None:
+        body = self._bodies.get((endpoint.project_id, endpoint.mode, event_id))
+        if body is None:
+            event = self.tables.event(endpoint.project_id, endpoint.mode, event_id)
+            body = event.body if event is not None else None
+        return body
 
     def _plan_allows(self, project_id: str) -> bool:
         project = self._store.get_project(project_id)
@@ -319,7 +342,10 @@ class WebhookActor:
 
     # -- ready -> sending -> reported -------------------------------------------------
 
-    async def _pump(self) -> None:
+    async def _pump(self, ops: list[Op[Any]] | None = None) -> None:
+        """Start ready deliveries while senders are free; ``ops`` (writes not yet
+        queued) go to the writer together with the starts' writes, as one op."""
+        ops = [] if ops is None else ops
         while self._ready and self._running < self._senders:
             started = False
             for endpoint_id in list(self._ready):
@@ -331,29 +357,30 @@ class WebhookActor:
                 d = queue.popleft()
                 if queue:
                     self._ready[endpoint_id] = queue  # to the back: round-robin
-                await self._start(d)
+                self._start(d, ops)
                 started = True
             if not started:
-                return
+                break
+        await self._submit_all(ops)
 
-    async def _start(self, d: Delivery) -> None:
+    def _start(self, d: Delivery, ops: list[Op[Any]]) -> None:
+        """Hand ``d`` to a sender; its state write is appended to ``ops``."""
         endpoint = self._endpoints.get(d.endpoint_id)
-        event = (self.tables.event(endpoint.project_id, endpoint.mode, d.event_id)
-                 if endpoint is not None else None)
-        if endpoint is None or endpoint.is_off or event is None:
+        body = self._event_body(endpoint, d.event_id) if endpoint is not None else None
+        if endpoint is None or endpoint.is_off or body is None:
             self._busy.discard(d.id)
             if d.status is DeliveryStatus.SENDING and endpoint is not None:
                 settled = deliveries.requeue_interrupted(d, self._clock.now_ms())
-                await self._submit(lambda txn: self.tables.save_delivery(txn, d, settled))
+                ops.append(lambda txn: self.tables.save_delivery(txn, d, settled))
             return
         sending = deliveries.begin_attempt(d) if d.status in WAITING else d
         if sending is not d:
-            await self._submit(lambda txn: self.tables.save_delivery(txn, d, sending))
+            ops.append(lambda txn: self.tables.save_delivery(txn, d, sending))
         self._sending[d.id] = sending
         self._in_flight[d.endpoint_id] = self._in_flight.get(d.endpoint_id, 0) + 1
         self._running += 1
         self._jobs_send.send_nowait(SendJob(d.id, endpoint.id, endpoint.url, endpoint.secret,
-                                            d.event_type, event.body))
+                                            d.event_type, body))
 
     async def _sender_loop(self, attempter: Attempter) -> None:
         async for job in self._jobs_recv:
@@ -382,11 +409,14 @@ class WebhookActor:
         else:
             self._in_flight.pop(job.endpoint_id, None)
         endpoint = self._endpoints.get(job.endpoint_id)
+        ops: list[Op[Any]] = []
         if d is not None and endpoint is not None:
-            await self._record(d, endpoint, report)
-        await self._pump()
+            await self._record(d, endpoint, report, ops)
+        await self._pump(ops)
 
-    async def _record(self, d: Delivery, endpoint: Endpoint, report: AttemptReport) -> None:
+    async def _record(self, d: Delivery, endpoint: Endpoint, report: AttemptReport,
+                      ops: list[Op[Any]]) -> None:
+        """Apply the report; its write is appended to ``ops``."""
         after, health = apply_answer(d, endpoint, report.answer(), self._retry_scale)
         delivered = after.status is DeliveryStatus.DELIVERED
         self._endpoints[endpoint.id] = health
@@ -401,10 +431,11 @@ class WebhookActor:
             if health != endpoint:
                 self.tables.put_endpoint(txn, health)
 
-        await self._submit(op)
+        ops.append(op)
         if (deadline := attempt_deadline(after)) is not None:
             self._timer.schedule_nowait(deadline)
         if health.is_off and not endpoint.is_off:
+            await self._submit_all(ops)
             log.warning("webhook endpoint %s turned off: %s", endpoint.id,
                         health.health.off_detail)
             await self.drop_ready(endpoint.id)

@@ -8,8 +8,9 @@ answers 204 (trio + h11, the sample receiver's HTTP part), pinned to CPU 0
 while this process is pinned to CPU 1 when ``taskset`` and two CPUs exist:
 
 - ``sender``: the outbound path alone: ``HttpSender.attempt`` (sign with
-  Standard Webhooks v1, address guard, one shared httpx client, capped read)
-  from C concurrent tasks for S seconds: attempts per second and latency.
+  Standard Webhooks v1, address guard, the trio + h11 client with its
+  keep-alive pool, capped read) from C concurrent tasks for S seconds:
+  attempts per second, latency and CPU per attempt.
 - ``end_to_end``: the whole service in-process (real LMDB in a temp dir, the
   WebhookActor with its 32 senders, the dispatcher, the timer): N events are
   appended to the outbox in batches, as the redirector does, and the clock

@@ -1,0 +1,39 @@
+"""Recently dispatched event bodies, kept in memory for the attempts that follow.
+
+A delivery's first attempt usually starts moments after its event was fanned
+out; keeping the body spares reading and decoding the event back from the
+store. Bounded by bytes, oldest dropped first; a miss is not an error (the
+caller reads the store). Bodies never change once written, so a kept body is
+always the stored one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+MAX_BYTES = 16 << 20
+
+
+class RecentBodies:
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self._max_bytes = MAX_BYTES if max_bytes is None else max_bytes
+        self._bodies: dict[Hashable, bytes] = {}  # oldest first
+        self._bytes = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def remember(self, key: Hashable, body: bytes) -> None:
+        if key in self._bodies:
+            return
+        self._bodies[key] = body
+        self._bytes += len(body)
+        while self._bytes > self._max_bytes:
+            self._bytes -= len(self._bodies.pop(next(iter(self._bodies))))
+
+    def get(self, key: Hashable) -> bytes | None:
+        return self._bodies.get(key)
+
+    def __len__(self) -> int:
+        return len(self._bodies)

@@ -1,0 +1,95 @@
+"""The WebhookActor's cheaper paths keep their promises: event bodies served
+from memory or read back from the store are the same bytes, and coalesced
+state writes (a report's write queued with the Sending writes it lets start)
+leave every delivery in its final state, never stuck in Sending."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+import trustme
+
+from actors import event_bodies
+from actors.clock import SystemClock
+from storage.lmdb_store import LmdbStore
+from svc_engine.webhook_delivery import DeliveryStatus
+from tests.conftest import App
+from tests.webhook_receiver_fixture import (
+    Receiver,
+    add_endpoint,
+    deliveries_of,
+    emit,
+    make_ca,
+    running_app,
+    running_receiver,
+    webhook_config,
+)
+
+
+@pytest.fixture
+async def live(store: LmdbStore, data_dir: str, tmp_path: Path
+               ) -> AsyncIterator[tuple[App, Receiver]]:
+    ca: tuple[trustme.CA, str] = make_ca(tmp_path)
+    clock = SystemClock()
+    async with running_receiver(ca[0], clock) as receiver, \
+            running_app(store, webhook_config(data_dir, ca[1]), clock) as app:
+        yield app, receiver
+
+
+async def _all_final(app: App, event_ids: list[str]) -> None:
+    with trio.fail_after(20):
+        while True:
+            found = [d for e in event_ids for d in deliveries_of(app, e)]
+            if len(found) == len(event_ids) and all(
+                    d.status is DeliveryStatus.DELIVERED for d in found):
+                return
+            await trio.sleep(0.01)
+
+
+@pytest.fixture(params=[event_bodies.MAX_BYTES, 1], ids=["memory", "store"])
+def body_cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The body cache's size, set before the service (and its actor) starts."""
+    monkeypatch.setattr(event_bodies, "MAX_BYTES", request.param)
+    return int(request.param)
+
+
+async def test_bodies_from_memory_or_the_store_are_the_bytes_sent(
+        body_cache: int, live: tuple[App, Receiver]) -> None:
+    app, receiver = live
+    await add_endpoint(app, receiver.url)
+    events = [await emit(app, "click", data={"n": n}) for n in range(5)]
+    await _all_final(app, [e.id for e in events])
+    sent = {json.loads(h.request.body)["id"]: json.loads(h.request.body) for h in receiver.hits}
+    assert set(sent) == {e.id for e in events}
+    assert {e.id: sent[e.id]["data"] for e in events} == {e.id: {"n": n}
+                                                           for n, e in enumerate(events)}
+    tables = app.services.webhooks.tables  # type: ignore[union-attr]
+    for e in events:
+        [d] = deliveries_of(app, e.id)
+        stored = tables.event(app.project_id, d.mode, e.id)
+        assert stored is not None
+        assert [h.request.body for h in receiver.hits if h.webhook_id == d.id] == [stored.body]
+
+
+async def test_a_burst_ends_with_every_delivery_delivered_once(
+        live: tuple[App, Receiver]) -> None:
+    app, receiver = live
+    await add_endpoint(app, receiver.url)
+    await add_endpoint(app, receiver.url)  # two endpoints: interleaved reports and starts
+    events = [await emit(app, "open", data={"n": n}) for n in range(60)]
+    ids = [e.id for e in events]
+    with trio.fail_after(20):
+        while True:
+            found = [d for e in ids for d in deliveries_of(app, e)]
+            if len(found) == 120 and all(d.status is DeliveryStatus.DELIVERED for d in found):
+                break
+            await trio.sleep(0.01)
+    await app.flush()
+    assert all(len(d.attempts) == 1 for d in found)
+    assert sorted(receiver.ids()) == sorted(d.id for d in found)
+    assert app.services.webhooks is not None
+    assert app.services.webhooks.tables.open_deliveries() == []  # none left Sending
