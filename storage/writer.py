@@ -14,6 +14,13 @@ disk error) every op of the batch fails and nothing of it is visible.
 Callers that must not lose their write await ``Pending.wait()``, which returns
 only after the commit reached the disk (LMDB's sync on commit is on).
 
+Under load (the batch just committed held ``BUSY_BATCH`` ops or more) the
+writer waits ``GROUP_WINDOW_S`` before taking the next batch, so that more
+ops share one synced commit: a synced commit costs about 150 µs of CPU
+whatever its size, which at thousands of writes a second is most of the
+writer's time. When idle, ops are committed at once, so unloaded latency does
+not change.
+
 ``inline=True`` commits in the event loop's thread instead. Tests under trio's
 ``autojump_clock`` use it: the mock clock jumps whenever every task waits,
 including while a worker thread commits, which would make virtual time leap
@@ -35,6 +42,8 @@ from svc_engine.errors import InternalError, StoreFull, SvcError
 
 T = TypeVar("T")
 Op = Callable[[lmdb.Transaction], T]
+BUSY_BATCH = 4
+GROUP_WINDOW_S = 0.002
 log = logging.getLogger("svc.storage")
 
 
@@ -144,6 +153,8 @@ class Writer:
                 self._stats.ops += len(batch)
                 self._stats.failed_ops += sum(1 for _, e in outcomes if e is not None)
                 self._stats.largest_batch = max(self._stats.largest_batch, len(batch))
+                if not self._inline and len(batch) >= BUSY_BATCH:
+                    await trio.sleep(GROUP_WINDOW_S)  # busy: let the next batch grow
 
     def _commit(self, batch: list[Pending[Any]]) -> list[tuple[Any, BaseException | None]]:
         outcomes: list[tuple[Any, BaseException | None]] = []
