@@ -13,8 +13,10 @@ in ``bench/targets.py``):
    process tree's CPU time from /proc around each measured run;
 4. stop the server with SIGTERM and record whether it exited cleanly.
 
-Then it computes every target's throughput ratio to both baselines, writes
-the raw results to ``bench/out/results.json`` and rewrites
+Then it computes every target's throughput ratio to both baselines, runs the
+steps of ``bench/extras.py`` (attribution, overload, scale-lite, memory,
+webhooks; all of them by default, none with ``--only`` unless named with
+``--step``), writes the raw results to ``bench/out/`` and rewrites
 ``bench/README.md`` (see ``bench/report.py``). The whole run is bounded: the
 harness refuses to start when its estimate exceeds ``--budget`` seconds.
 """
@@ -39,7 +41,7 @@ if __package__ in (None, ""):  # run as `python bench/harness.py`: make `bench` 
 
 import attrs
 
-from bench import report
+from bench import extras, report
 from bench.results import PhaseResult, RunRecord, TargetResult, as_json, ratios_for
 from bench.server import (
     BenchFailed,
@@ -55,6 +57,7 @@ from bench.server import (
 from bench.target import Target, fill_optional
 from bench.targets import select
 from bench.wrk import parse_wrk_output, render_lua, wrk_argv
+from bench.wrk_mint import LOAD_SECONDS_ENV
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -124,8 +127,11 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning) -> Target
     workdir.mkdir(parents=True)
     server = _start(target, workdir, pinning)
     values = {"python": sys.executable, "port": str(server.port), "workdir": str(workdir)}
+    note = None
     try:
         wait_ready(server, target.ready_path)
+        os.environ[LOAD_SECONDS_ENV] = str(
+            profile.warmup_s + profile.loaded_s + profile.unloaded_s)
         if target.prepare is not None:
             extra = target.prepare(server.base_url, workdir)
             if extra:
@@ -150,6 +156,8 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning) -> Target
         phase(profile.connections, profile.warmup_s, profile.threads, "warmup")
         loaded = phase(profile.connections, profile.loaded_s, profile.threads, "loaded")
         unloaded = phase(1, profile.unloaded_s, 1, "unloaded")
+        if target.note is not None:
+            note = target.note(workdir)
     finally:
         exit_status, clean = stop_server(server)
     return TargetResult(
@@ -161,6 +169,7 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning) -> Target
         unloaded=unloaded,
         exit_status=exit_status,
         stopped_cleanly=clean,
+        note=note,
     )
 
 
@@ -273,6 +282,7 @@ def run(targets: Sequence[Target], profile: Profile, command: str) -> RunRecord:
         for r in results
         if not r.stopped_cleanly
     ]
+    notes += [f"{r.name}: {r.note}" for r in results if r.note]
     return RunRecord(
         started_at=started_at,
         command=command,
@@ -300,6 +310,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="NAME",
         help="run only this service target (repeatable); the baselines always run",
     )
+    parser.add_argument(
+        "--step",
+        action="append",
+        default=[],
+        choices=extras.STEPS,
+        help="run this step after the paths (repeatable; default: all, or none with --only)",
+    )
+    parser.add_argument("--no-steps", action="store_true", help="run no steps")
     parser.add_argument("--budget", type=int, default=570, help="refuse runs estimated longer (s)")
     parser.add_argument("--readme", type=Path, default=BENCH_DIR / "README.md")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite the README")
@@ -310,13 +328,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         targets = select(args.only)
     except ValueError as exc:
         parser.error(str(exc))
-    estimate = estimate_seconds(targets, profile)
+    if args.no_steps:
+        steps: list[str] = []
+    elif args.step:
+        steps = list(dict.fromkeys(args.step))
+    else:
+        steps = [] if args.only else list(extras.STEPS)
+    estimate = estimate_seconds(targets, profile) + extras.estimate_seconds(steps, args.quick)
     if estimate > args.budget:
         parser.error(f"estimated {estimate}s exceeds the {args.budget}s budget; use --only")
     given = sys.argv[1:] if argv is None else list(argv)
     python = sys.executable.removeprefix(f"{REPO_ROOT}/")
     command = shlex.join([python, "-m", "bench.harness", *given])
-    print(f"[bench] {len(targets)} targets, at most ~{estimate}s", file=sys.stderr)
+    print(f"[bench] {len(targets)} targets and {len(steps)} steps, about {estimate}s",
+          file=sys.stderr)
     try:
         record = run(targets, profile, command)
     except BenchFailed as exc:
@@ -324,8 +349,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     (OUT_DIR / "results.json").write_text(json.dumps(as_json(record), indent=2) + "\n")
+    steps_started = time.monotonic()
+    sections, failures = extras.run(steps, args.quick)
+    record = attrs.evolve(record, notes=(*record.notes, *failures),
+                          elapsed_s=record.elapsed_s + time.monotonic() - steps_started)
     if not args.no_readme:
-        report.write_readme(record, args.readme)
+        report.write_readme(record, args.readme, sections)
         print(f"[bench] wrote {args.readme}", file=sys.stderr)
     print(report.render_table(record))
     return 0

@@ -2,7 +2,9 @@
 
 The README is regenerated on every run, except the section between
 ``KEEP_START`` and ``KEEP_END`` ("What each change bought"), which is written
-by people and carried over from the existing file unchanged.
+by people and carried over from the existing file unchanged. The sections of
+the other steps (attribution, overload, scale, memory, webhooks) come from
+``bench/report_sections.py``: rewritten when the step ran, else carried over.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import importlib.metadata
 import os
 import platform
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
+from bench import report_sections
 from bench.results import BASELINES, RunRecord, TargetResult
 from bench.wrk import wrk_version
 
@@ -169,7 +173,8 @@ def kept_section(existing: str | None) -> str:
     return body.strip("\n") or DEFAULT_KEPT
 
 
-def render_readme(record: RunRecord, kept: str) -> str:
+def render_readme(record: RunRecord, kept: str, sections: Mapping[str, str] | None = None,
+                  existing: str | None = None) -> str:
     service = [r for r in record.results if r.group == "service"]
     problems = [p for r in record.results for p in _problems(r)]
     notes = [*record.notes, *problems]
@@ -202,8 +207,13 @@ def render_readme(record: RunRecord, kept: str) -> str:
         "",
         "```",
         "make bench                                  # full run, rewrites this file",
-        ".venv/bin/python -m bench.harness --quick   # shorter phases",
-        ".venv/bin/python -m bench.harness --only NAME [--only NAME2]  # some service paths",
+        ".venv/bin/python -m bench.harness --quick   # shorter phases, smaller steps",
+        ".venv/bin/python -m bench.harness --only NAME [--only NAME2]  # some paths, no steps",
+        ".venv/bin/python -m bench.attribution [--quick]   # one step on its own:",
+        ".venv/bin/python -m bench.overload [--quick]      #   rewrites only its section",
+        ".venv/bin/python -m bench.scale [--lite|--quick]  # full: 1M links, 10M clicks",
+        ".venv/bin/python -m bench.memory [--quick]",
+        "make bench-scale                            # the full scale step (~15 min)",
         "```",
         "",
         "`bench/setup.sh` installs wrk (Debian package) when it is missing. Each target:",
@@ -213,9 +223,16 @@ def render_readme(record: RunRecord, kept: str) -> str:
         "`done` hook printing exact percentiles; CPU µs/req is the server process",
         "tree's user+system time (from /proc) during the loaded run divided by the",
         "requests it served. Raw wrk output and server logs land in `bench/out/`.",
-        "Service paths are registered in `bench/targets.py`. The run is bounded: the",
-        "harness refuses to start a run whose estimated wall time exceeds `--budget`",
-        "(570 s by default); every wrk run has a fixed duration and a timeout.",
+        "Service paths are registered in `bench/targets.py`. Paths that consume",
+        "state (a token, a network's tap, a pending handoff) get it made first by real",
+        "requests (`bench/wrk_mint.py`); the notes say how many requests found it.",
+        "",
+        "After the paths the harness runs the steps of `bench/extras.py`: the",
+        "attribution benchmark, overload at c256, a smaller scale step, memory and",
+        "webhook deliveries; each writes its own section below. The run is bounded:",
+        "the harness refuses to start a run whose estimated wall time (paths and",
+        "steps) exceeds `--budget` (570 s by default); every wrk run has a fixed",
+        "duration and a timeout, and the attribution replay a time cap.",
         "",
         "## Last run",
         "",
@@ -248,10 +265,15 @@ def render_readme(record: RunRecord, kept: str) -> str:
             f"  - unloaded: `{_relative(r.unloaded.wrk_argv)}`",
         ]
     lines += ["", "### Notes", "", *(f"- {n}" for n in notes)]
+    for block in report_sections.blocks(sections or {}, existing):
+        lines += ["", block]
     lines += ["", "## What each change bought", "", KEEP_START, kept, KEEP_END, ""]
     return "\n".join(lines)
 
 
-def write_readme(record: RunRecord, path: Path) -> None:
+def write_readme(record: RunRecord, path: Path,
+                 sections: Mapping[str, str] | None = None) -> None:
+    """Rewrite the README: this run's hot paths and ``sections``; the other
+    steps' sections and the kept section carried over from the existing file."""
     existing = path.read_text() if path.exists() else None
-    path.write_text(render_readme(record, kept_section(existing)))
+    path.write_text(render_readme(record, kept_section(existing), sections, existing))

@@ -53,6 +53,7 @@ class TargetResult:
     unloaded: PhaseResult
     exit_status: int
     stopped_cleanly: bool
+    note: str | None = None
 
 
 @attrs.frozen

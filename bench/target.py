@@ -19,7 +19,10 @@ percentiles as JSON).
 
 ``prepare`` runs after the server is ready and before any load: it gets the
 base URL and the work directory, and can create links or write the slug list
-that ``paths_file`` names.
+that ``paths_file`` names. The environment variable ``BENCH_LOAD_SECONDS``
+then holds the seconds of load to come (all phases), so a hook can make as
+much consumable state as the run will use. ``note`` runs after the load and
+may return a line for the run's notes (e.g. how much of that state was used).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ Group = Literal["baseline", "service"]
 Prepare = Callable[[str, Path], Mapping[str, str] | None]
 """Runs before the load; may return extra request headers (e.g. an API key it
 created), which join the target's headers for the status check and for wrk."""
+Note = Callable[[Path], str | None]
 
 _PLACEHOLDERS = ("python", "port", "workdir")
 
@@ -60,6 +64,8 @@ class Target:
     wrk_cpus: str | None = "0"
     """CPU list wrk is pinned to with taskset (``None``: not pinned)."""
     prepare: Prepare | None = attrs.field(default=None, eq=False)
+    note: Note | None = attrs.field(default=None, eq=False)
+    """Runs after the measured phases (server still up): a line for the run's notes."""
 
     def __attrs_post_init__(self) -> None:
         if not self.paths or any(not p.startswith("/") for p in self.paths):

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from bench.events_bench import EVENTS_TARGETS
 from bench.results import H11_302, HYPERCORN_302
-from bench.service_targets import INIT_TARGETS, REDIRECT_TARGETS
+from bench.service_targets import DEFERRED_TARGETS, INIT_TARGETS, REDIRECT_TARGETS
 from bench.target import Target
 
 BASELINE_TARGETS: tuple[Target, ...] = (
@@ -48,7 +48,9 @@ BASELINE_TARGETS: tuple[Target, ...] = (
     ),
 )
 
-SERVICE_TARGETS: tuple[Target, ...] = REDIRECT_TARGETS + INIT_TARGETS + EVENTS_TARGETS
+SERVICE_TARGETS: tuple[Target, ...] = (
+    REDIRECT_TARGETS + INIT_TARGETS + DEFERRED_TARGETS + EVENTS_TARGETS
+)
 """The service's paths; add new ones here."""
 
 

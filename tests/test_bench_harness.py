@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 # bench/ is not an installed package; make the repository root importable.
+from bench import extras
 from bench.harness import FULL, estimate_seconds
 from bench.report import DEFAULT_KEPT, KEEP_END, KEEP_START, kept_section
 from bench.results import H11_302, HYPERCORN_302, compute_ratios
@@ -128,5 +129,12 @@ def test_lua_strings_and_random_paths() -> None:
     assert "request = function()" not in render_lua(name="t", paths=("/a",))
 
 
-def test_full_run_of_registered_targets_fits_the_time_budget() -> None:
-    assert estimate_seconds(all_targets(), FULL) <= 570
+def test_full_run_of_registered_targets_and_steps_fits_the_time_budget() -> None:
+    steps = extras.estimate_seconds(extras.STEPS, quick=False)
+    assert estimate_seconds(all_targets(), FULL) + steps <= 570
+
+
+def test_post_targets_check_the_path_their_script_loads() -> None:
+    for target in all_targets():
+        if target.method == "POST":
+            assert target.paths[0].startswith("/v1/"), target.name
