@@ -165,10 +165,6 @@ class AttributionStore:
 
         return op
 
-    async def put_token(self, token: Token) -> None:
-        """A token minted outside a click (a HEAD never mints; kept for tests)."""
-        await self.store.write(lambda txn: self._put_token(txn, token))
-
     def _put_token(self, txn: lmdb.Transaction, token: Token) -> None:
         txn.put(token.token.encode(), encode(token), db=self._db[b"tokens"])
         txn.put(layout.ms(token.expires_at_ms) + token.token.encode(), b"",
@@ -246,7 +242,7 @@ class AttributionStore:
         if not consumed and not hashes:
             return
         scope = layout.scope(project_id, mode)
-        for k, v in self.store_scan(txn, b"click_window", scope):
+        for k, v in self.store.scan_in(txn, b"click_window", scope):
             entry = decode(ClickWindowEntry, v)
             if entry.click_id in consumed:
                 txn.delete(k, db=db[b"click_window"])
@@ -367,7 +363,7 @@ class AttributionStore:
                 raise InstallNotRegistered(
                     "the install has not reported a launch yet; call after initialize")
             prefix = layout.scope(project_id, mode.value) + user_hash
-            rows = self.store_scan(txn, b"handoffs", prefix)
+            rows = self.store.scan_in(txn, b"handoffs", prefix)
             pending = [decode(Handoff, v) for _, v in rows]
             winner, _ = pick_handoff(pending, now_ms)
             for k, v in rows:  # every pending handoff of the user is cleared
@@ -442,19 +438,6 @@ class AttributionStore:
         raw = txn.get(layout.uid(link_id), db=self._db[b"links"])
         link = decode(Link, bytes(raw)) if raw is not None else None
         return None if link is None or link.deleted else link
-
-    def store_scan(self, txn: lmdb.Transaction, name: bytes,
-                   prefix: bytes) -> list[tuple[bytes, bytes]]:
-        out = []
-        cur = txn.cursor(db=self._db[name])
-        ok = cur.set_range(prefix)
-        while ok:
-            k = bytes(cur.key())
-            if not k.startswith(prefix):
-                break
-            out.append((k, bytes(cur.value())))
-            ok = cur.next()
-        return out
 
 
 @attrs.frozen

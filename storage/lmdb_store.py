@@ -28,7 +28,7 @@ from svc_engine.outbox import OutboxEvent
 from svc_engine.plans import Plan
 from svc_engine.records import Membership, Organization, Project, User, normalize_email
 from svc_engine.settings import DeferredSettings
-from svc_engine.store import IdemWrite
+from svc_engine.store import IdemWrite, Store
 
 DEFAULT_MAP_SIZE = 8 << 30
 
@@ -117,6 +117,21 @@ class LmdbStore:
                     if limit is not None and len(out) >= limit:
                         break
                     ok = cur.prev()
+        return out
+
+    def scan_in(self, txn: lmdb.Transaction, dbname: bytes,
+                prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """Items whose key starts with ``prefix``, read inside ``txn`` (an op's
+        write transaction sees its own and earlier ops' writes)."""
+        out: list[tuple[bytes, bytes]] = []
+        cur = txn.cursor(db=self._db[dbname])
+        ok = cur.set_range(prefix)
+        while ok:
+            k = bytes(cur.key())
+            if not k.startswith(prefix):
+                break
+            out.append((k, bytes(cur.value())))
+            ok = cur.next()
         return out
 
     async def write(self, op: Op[Any]) -> Any:
@@ -429,3 +444,8 @@ def _idem_key(scope: str, key: str) -> bytes:
 
 def _deadline_key(d: Deadline) -> bytes:
     return layout.ms(d.due_ms) + d.kind.encode() + b"\x00" + d.ref.encode()
+
+
+def _conforms(store: LmdbStore) -> Store:
+    """mypy checks here that LmdbStore implements the Store protocol."""
+    return store

@@ -17,7 +17,7 @@ from svc_engine.deadlines import Deadline
 from svc_engine.idempotency import StoredResponse
 from svc_engine.keys import ApiKey
 from svc_engine.plans import Plan
-from svc_engine.records import Membership, Organization, Project, Role, User
+from svc_engine.records import Membership, Organization, Project, User
 from svc_engine.settings import DeferredSettings
 
 
@@ -77,6 +77,3 @@ class Store(Protocol):
     async def remove_deadline(self, deadline: Deadline) -> None: ...
     async def purge_responses(self, before_ms: int, limit: int) -> int: ...
 
-
-def role_at_least(role: Role, *allowed: Role) -> bool:
-    return role in allowed
