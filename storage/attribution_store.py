@@ -1,4 +1,6 @@
-"""Clicks, tokens, the probabilistic window, installs, opens and handoffs.
+"""Clicks, tokens, installs and opens; the probabilistic window
+(storage/click_window_store.py) and handoffs (storage/handoffs_store.py) are
+reached through it.
 
 Each write is one atomic op run by the single writer: it reads what it needs
 inside the write transaction, calls the pure decision, and writes the outcome
@@ -14,7 +16,9 @@ import attrs
 import lmdb
 
 from storage import counters, layout
+from storage.click_window_store import ClickWindow
 from storage.codec import decode, encode
+from storage.handoffs_store import ClaimResult, HandoffsStore
 from storage.lmdb_store import LmdbStore
 from storage.writer import Op
 from svc_engine.attribution import (
@@ -22,21 +26,14 @@ from svc_engine.attribution import (
     LaunchFacts,
     Matched,
     Token,
-    TokenState,
     Unattributed,
-    decide_first_launch,
-    token_state,
+    decide_from_candidates,
 )
 from svc_engine.clicks import Click
-from svc_engine.errors import (
-    InstallIdConflict,
-    InstallNotRegistered,
-    NotFound,
-    ValidationError,
-)
+from svc_engine.errors import InstallIdConflict
 from svc_engine.event_payloads import install_data, open_data
 from svc_engine.events import click_keys, install_keys, open_keys
-from svc_engine.handoffs import Handoff, pick_handoff
+from svc_engine.handoffs import Handoff
 from svc_engine.installs import Confidence, Install, InstallAttribution, Method
 from svc_engine.keys import Mode
 from svc_engine.links import Link
@@ -45,7 +42,8 @@ from svc_engine.settings import DeferredSettings
 from svc_engine.store import IdemWrite
 from svc_engine.webhook_envelope import click_data
 
-WINDOW_KEEP_MS = 360 * 60_000  # the longest window; hashes go with their entries (< 7 h)
+__all__ = ["AttributionStore", "ClaimResult", "DecisionRecord", "LaunchResult", "OpenRecord",
+           "OpenResult"]
 
 
 @attrs.frozen
@@ -61,12 +59,6 @@ class OpenResult:
     link: Link
     method: Method
     is_deferred: bool
-
-
-@attrs.frozen
-class ClaimResult:
-    link: Link | None
-    cleared: int
 
 
 @attrs.frozen
@@ -96,9 +88,10 @@ class AttributionStore:
         self.store = store
         self.public_url = public_url
         self._db = {name: store.db(name) for name in (
-            b"clicks", b"click_window", b"click_window_by_time", b"tokens", b"tokens_by_time",
-            b"installs", b"installs_by_time", b"install_decisions", b"opens", b"handoffs",
-            b"handoffs_by_time", b"counters", b"links")}
+            b"clicks", b"tokens", b"tokens_by_time", b"installs", b"installs_by_time",
+            b"install_decisions", b"opens", b"counters", b"links")}
+        self.click_window = ClickWindow(store)
+        self.handoffs = HandoffsStore(store, self)
 
     # -- reads ------------------------------------------------------------------
 
@@ -114,7 +107,7 @@ class AttributionStore:
 
     def window(self, project_id: str, mode: str, since_ms: int) -> list[ClickWindowEntry]:
         with self.store.read() as txn:
-            return self._window(txn, project_id, mode, since_ms)
+            return self.click_window.entries(txn, project_id, mode, since_ms)
 
     def decision(self, project_id: str, mode: str, install_id: str) -> DecisionRecord | None:
         with self.store.read() as txn:
@@ -128,8 +121,7 @@ class AttributionStore:
         return [decode(Click, v) for _, v in rows]
 
     def pending_handoffs(self, project_id: str, mode: str, user_hash: bytes) -> list[Handoff]:
-        rows = self.store.scan(b"handoffs", layout.scope(project_id, mode) + user_hash)
-        return [decode(Handoff, v) for _, v in rows]
+        return self.handoffs.pending(project_id, mode, user_hash)
 
     # -- the redirect's write -----------------------------------------------------
 
@@ -148,8 +140,7 @@ class AttributionStore:
                                           platform=click.platform, country=click.country,
                                           referrer_host=click.referrer_host))
             if window is not None:
-                txn.put(scope + at + cid, encode(window), db=db[b"click_window"])
-                txn.put(at + scope + cid, b"", db=db[b"click_window_by_time"])
+                self.click_window.put(txn, click.project_id, window)
             if token is not None:
                 self._put_token(txn, token)
             if self.store.wants_webhooks(txn, click.project_id, click.mode.value):
@@ -194,14 +185,19 @@ class AttributionStore:
             link: Link | None = None
             new = install
             if is_first_launch:
-                decision = self._decide(txn, project_id, mode, launch, settings, net_hash,
-                                        now_ms)
+                found = self.click_window.candidates(txn, project_id, launch, settings,
+                                                     net_hash, now_ms)
+                decision = decide_from_candidates(
+                    launch, token=self._token(txn, launch.referrer_token),
+                    network=found.network, cohort=found.cohort, settings=settings,
+                    net_hash=net_hash, now_ms=now_ms)
                 if isinstance(decision, Matched):
-                    link = self._link(txn, decision.link_id)
+                    link = self.live_link(txn, decision.link_id)
                     if link is None:  # deleted since the tap: nothing to deliver
                         decision = Unattributed(trials=decision.trials)
                     else:
-                        self._consume(txn, project_id, mode.value, decision)
+                        self._consume_token(txn, decision.consume_token)
+                        self.click_window.consume(txn, project_id, mode.value, decision, found)
                         new = attrs.evolve(install, attribution=decision.attribution)
                 txn.put(layout.scope(project_id, mode.value) + layout.uid(install.install_id),
                         encode(DecisionRecord.of(decision, now_ms)),
@@ -216,39 +212,14 @@ class AttributionStore:
 
         return op
 
-    def _decide(self, txn: lmdb.Transaction, project_id: str, mode: Mode, launch: LaunchFacts,
-                settings: DeferredSettings, net_hash: bytes | None,
-                now_ms: int) -> Matched | Unattributed:
-        token = None
-        if launch.referrer_token is not None:
-            raw = txn.get(launch.referrer_token.encode(), db=self._db[b"tokens"])
-            token = decode(Token, bytes(raw)) if raw is not None else None
-        window: list[ClickWindowEntry] = []
-        if launch.platform == "ios" and settings.probabilistic_matching:
-            window = self._window(txn, project_id, mode.value, now_ms - settings.window_ms)
-        return decide_first_launch(launch, token=token, window=window, settings=settings,
-                                   net_hash=net_hash, now_ms=now_ms)
+    def _token(self, txn: lmdb.Transaction, token: str | None) -> Token | None:
+        raw = txn.get(token.encode(), db=self._db[b"tokens"]) if token is not None else None
+        return decode(Token, bytes(raw)) if raw is not None else None
 
-    def _consume(self, txn: lmdb.Transaction, project_id: str, mode: str,
-                 decision: Matched) -> None:
-        db = self._db
-        if decision.consume_token is not None:
-            raw = txn.get(decision.consume_token.encode(), db=db[b"tokens"])
-            if raw is not None:
-                txn.put(decision.consume_token.encode(),
-                        encode(decode(Token, bytes(raw)).consumed()), db=db[b"tokens"])
-        consumed = set(decision.consume_click_ids)
-        hashes = set(decision.delete_net_hashes)
-        if not consumed and not hashes:
-            return
-        scope = layout.scope(project_id, mode)
-        for k, v in self.store.scan_in(txn, b"click_window", scope):
-            entry = decode(ClickWindowEntry, v)
-            if entry.click_id in consumed:
-                txn.delete(k, db=db[b"click_window"])
-                txn.delete(k[17:25] + scope + k[25:], db=db[b"click_window_by_time"])
-            elif entry.net_hash is not None and entry.net_hash in hashes:
-                txn.put(k, encode(attrs.evolve(entry, net_hash=None)), db=db[b"click_window"])
+    def _consume_token(self, txn: lmdb.Transaction, token: str | None) -> None:
+        found = self._token(txn, token)
+        if found is not None:
+            txn.put(found.token.encode(), encode(found.consumed()), db=self._db[b"tokens"])
 
     def _count_install(self, txn: lmdb.Transaction, install: Install, event_id: str,
                        now_ms: int) -> None:
@@ -284,10 +255,10 @@ class AttributionStore:
                 method = Method.LANDING_PAGE
             else:
                 method = Method.UNIVERSAL_LINK if platform == "ios" else Method.APP_LINK
-            self._record_open(txn, project_id, mode, link, install_id, platform, method,
+            self.record_open(txn, project_id, mode, link, install_id, platform, method,
                               landing, now_ms, open_id)
             if landing:
-                self._upgrade(txn, project_id, mode.value, install_id,
+                self.upgrade(txn, project_id, mode.value, install_id,
                               InstallAttribution(link.id, Confidence.DETERMINISTIC, method),
                               now_ms)
             result = OpenResult(link, method, landing)
@@ -296,7 +267,7 @@ class AttributionStore:
 
         return op
 
-    def _record_open(self, txn: lmdb.Transaction, project_id: str, mode: Mode, link: Link,
+    def record_open(self, txn: lmdb.Transaction, project_id: str, mode: Mode, link: Link,
                      install_id: str, platform: str, method: Method, is_deferred: bool,
                      now_ms: int, open_id: str) -> None:
         rec = OpenRecord(open_id, link.id, install_id, method.value, platform, now_ms)
@@ -312,7 +283,7 @@ class AttributionStore:
                            platform=platform, method=method.value, is_deferred=is_deferred,
                            install_id=install_id, at_ms=now_ms)))
 
-    def _upgrade(self, txn: lmdb.Transaction, project_id: str, mode: str, install_id: str,
+    def upgrade(self, txn: lmdb.Transaction, project_id: str, mode: str, install_id: str,
                  offered: InstallAttribution, now_ms: int) -> None:
         key = _install_key(project_id, mode, install_id)
         raw = txn.get(key, db=self._db[b"installs"])
@@ -323,118 +294,46 @@ class AttributionStore:
         if upgraded is not install:
             txn.put(key, encode(upgraded), db=self._db[b"installs"])
 
-    # -- handoffs ------------------------------------------------------------------------
+    # -- handoffs (storage/handoffs_store.py) -----------------------------------------
 
     async def create_handoff(self, project_id: str, handoff: Handoff, idem: IdemWrite | None,
                              *, svc_token: str | None = None) -> Handoff:
         """Store a pending handoff. With ``svc_token`` (a web fallback redirect's
         token) the token is consumed and names the link."""
-
-        def op(txn: lmdb.Transaction) -> Handoff:
-            nonlocal handoff
-            if svc_token is not None:
-                raw = txn.get(svc_token.encode(), db=self._db[b"tokens"])
-                token = decode(Token, bytes(raw)) if raw is not None else None
-                if (token is None or token.mode is not handoff.mode
-                        or token_state(token, handoff.created_at_ms) is not TokenState.VALID):
-                    raise ValidationError("svcToken is unknown, already used or expired",
-                                          field="svcToken")
-                txn.put(svc_token.encode(), encode(token.consumed()), db=self._db[b"tokens"])
-                handoff = attrs.evolve(handoff, link_id=token.link_id)
-            if self._link(txn, handoff.link_id) is None:
-                raise NotFound("the handoff's link does not exist")
-            key = _handoff_key(project_id, handoff)
-            txn.put(key, encode(handoff), db=self._db[b"handoffs"])
-            txn.put(layout.ms(handoff.expires_at_ms) + key, b"", db=self._db[b"handoffs_by_time"])
-            self.store.record_response(txn, idem, handoff)
-            return handoff
-
-        return await self.store.write(op)  # type: ignore[no-any-return]
+        return await self.handoffs.create(project_id, handoff, idem, svc_token=svc_token)
 
     def claim_op(self, *, project_id: str, mode: Mode, user_hash: bytes, install_id: str,
                  now_ms: int, open_id: str,
                  idem: IdemWrite | None) -> Op[ClaimResult]:
-        db = self._db
-
-        def op(txn: lmdb.Transaction) -> ClaimResult:
-            installed = txn.get(_install_key(project_id, mode.value, install_id),
-                                db=db[b"installs"])
-            if installed is None:
-                raise InstallNotRegistered(
-                    "the install has not reported a launch yet; call after initialize")
-            prefix = layout.scope(project_id, mode.value) + user_hash
-            rows = self.store.scan_in(txn, b"handoffs", prefix)
-            pending = [decode(Handoff, v) for _, v in rows]
-            winner, _ = pick_handoff(pending, now_ms)
-            for k, v in rows:  # every pending handoff of the user is cleared
-                txn.delete(k, db=db[b"handoffs"])
-                txn.delete(layout.ms(decode(Handoff, v).expires_at_ms) + k,
-                           db=db[b"handoffs_by_time"])
-            link = self._link(txn, winner.link_id) if winner is not None else None
-            if link is not None:
-                platform = decode(Install, bytes(installed)).platform
-                method = Method.AUTHENTICATED_HANDOFF
-                self._record_open(txn, project_id, mode, link, install_id, platform, method,
-                                  True, now_ms, open_id)
-                self._upgrade(txn, project_id, mode.value, install_id,
-                              InstallAttribution(link.id, Confidence.DETERMINISTIC, method),
-                              now_ms)
-            result = ClaimResult(link, len(rows))
-            self.store.record_response(txn, idem, result)
-            return result
-
-        return op
+        return self.handoffs.claim_op(project_id=project_id, mode=mode, user_hash=user_hash,
+                                      install_id=install_id, now_ms=now_ms, open_id=open_id,
+                                      idem=idem)
 
     # -- expiry sweep ------------------------------------------------------------------
 
     async def sweep(self, now_ms: int, limit: int = 10_000) -> dict[str, int]:
         """Delete window entries (and so network hashes) older than the longest
         window, and tokens and handoffs past their expiry."""
-        db = self._db
+        tokens, by_time = self._db[b"tokens"], self._db[b"tokens_by_time"]
 
         def op(txn: lmdb.Transaction) -> dict[str, int]:
-            done = {"window": 0, "tokens": 0, "handoffs": 0}
-            for k in self._due(txn, b"click_window_by_time", now_ms - WINDOW_KEEP_MS, limit):
-                txn.delete(k[8:25] + k[:8] + k[25:], db=db[b"click_window"])
-                txn.delete(k, db=db[b"click_window_by_time"])
-                done["window"] += 1
-            for k in self._due(txn, b"tokens_by_time", now_ms + 1, limit):
-                txn.delete(k[8:], db=db[b"tokens"])
-                txn.delete(k, db=db[b"tokens_by_time"])
-                done["tokens"] += 1
-            for k in self._due(txn, b"handoffs_by_time", now_ms + 1, limit):
-                txn.delete(k[8:], db=db[b"handoffs"])
-                txn.delete(k, db=db[b"handoffs_by_time"])
-                done["handoffs"] += 1
-            return done
+            due: list[bytes] = []
+            for k in txn.cursor(db=by_time).iternext(values=False):
+                if len(due) >= limit or layout.from_ms(bytes(k)) > now_ms:
+                    break
+                due.append(bytes(k))
+            for k in due:
+                txn.delete(k[8:], db=tokens)
+                txn.delete(k, db=by_time)
+            return {"window": self.click_window.sweep(txn, now_ms, limit), "tokens": len(due),
+                    "handoffs": self.handoffs.sweep(txn, now_ms, limit)}
 
         return await self.store.write(op)  # type: ignore[no-any-return]
 
-    def _due(self, txn: lmdb.Transaction, name: bytes, before_ms: int, limit: int) -> list[bytes]:
-        out: list[bytes] = []
-        for k in txn.cursor(db=self._db[name]).iternext(values=False):
-            if len(out) >= limit or layout.from_ms(bytes(k)) >= before_ms:
-                break
-            out.append(bytes(k))
-        return out
-
     # -- plumbing -----------------------------------------------------------------------
 
-    def _window(self, txn: lmdb.Transaction, project_id: str, mode: str,
-                since_ms: int) -> list[ClickWindowEntry]:
-        scope = layout.scope(project_id, mode)
-        cur = txn.cursor(db=self._db[b"click_window"])
-        out = []
-        ok = cur.set_range(scope + layout.ms(max(0, since_ms)))
-        while ok:
-            k = bytes(cur.key())
-            if not k.startswith(scope):
-                break
-            out.append(decode(ClickWindowEntry, bytes(cur.value())))
-            ok = cur.next()
-        return out
-
-    def _link(self, txn: lmdb.Transaction, link_id: str) -> Link | None:
+    def live_link(self, txn: lmdb.Transaction, link_id: str) -> Link | None:
+        """The link, unless it does not exist or was deleted."""
         raw = txn.get(layout.uid(link_id), db=self._db[b"links"])
         link = decode(Link, bytes(raw)) if raw is not None else None
         return None if link is None or link.deleted else link
@@ -473,8 +372,3 @@ class DecisionRecord:
 
 def _install_key(project_id: str, mode: str, install_id: str) -> bytes:
     return layout.scope(project_id, mode) + layout.uid(install_id)
-
-
-def _handoff_key(project_id: str, h: Handoff) -> bytes:
-    return (layout.scope(project_id, h.mode.value) + h.user_hash + layout.ms(h.created_at_ms)
-            + layout.uid(h.id))

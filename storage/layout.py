@@ -8,6 +8,7 @@ with the project's 16 bytes.
 from __future__ import annotations
 
 import functools
+import hashlib
 import uuid
 
 # Named databases, opened once at startup. Adding one is a schema change only
@@ -44,6 +45,10 @@ DATABASES = (
     b"clicks",           # project | mode | ms | click id -> Click
     b"click_window",     # project | mode | ms | click id -> ClickWindowEntry
     b"click_window_by_time",  # ms | project | mode | click id -> b"" (purge sweep)
+    b"click_window_by_cohort",  # project | mode | part(iOS major) | part(country) | ms
+                                # | click id -> link id (schema 3)
+    b"click_window_by_net",  # project | mode | part(net hash) | part(iOS major) | ms
+                             # | click id -> link id (schema 3)
     b"tokens_by_time",   # expires ms | token -> b"" (expiry sweep)
     b"opens",            # project | mode | ms | open id -> Open
     b"events",           # project | mode | ms | event id -> SdkEvent
@@ -97,3 +102,29 @@ def prefix_end(prefix: bytes) -> bytes:
             return bytes(b)
         b.pop()
     return b"\xff" * 64
+
+
+def part(value: bytes | None) -> bytes:
+    """One variable-length field of a key, self-delimiting (no value's part is a
+    prefix of another's, so a prefix of parts selects exactly those values):
+    None is ``00``; up to 255 bytes are ``01``, their length, the bytes; longer
+    values are ``02`` and their SHA-256."""
+    if value is None:
+        return b"\x00"
+    if len(value) <= 255:
+        return b"\x01" + bytes((len(value),)) + value
+    return b"\x02" + hashlib.sha256(value).digest()
+
+
+def window_cohort_prefix(scope_key: bytes, os_major: int, country: str | None) -> bytes:
+    """Where the click-window taps of one cohort (iOS major version, country)
+    start in ``click_window_by_cohort``; each key goes on with ms | click id."""
+    return (scope_key + part(str(os_major).encode())
+            + part(country.encode() if country is not None else None))
+
+
+def window_net_prefix(scope_key: bytes, net_hash: bytes, os_major: int | None = None) -> bytes:
+    """Where the click-window taps of one network (and iOS major version, if
+    given) start in ``click_window_by_net``; each key goes on with ms | click id."""
+    prefix = scope_key + part(net_hash)
+    return prefix if os_major is None else prefix + part(str(os_major).encode())

@@ -13,7 +13,9 @@ from typing import Any
 
 import lmdb
 
-SCHEMA_VERSION = 2
+from storage import layout
+
+SCHEMA_VERSION = 3
 _KEY = b"schema_version"
 Databases = dict[bytes, Any]
 
@@ -30,10 +32,32 @@ def _index_installs_by_time(txn: lmdb.Transaction, dbs: Databases) -> None:
         txn.put(k[:17] + created.to_bytes(8, "big") + k[17:], b"", db=index)
 
 
+def _index_click_window(txn: lmdb.Transaction, dbs: Databases) -> None:
+    """3: click-window taps get a cohort index (project | mode | iOS major |
+    country | ms | click id) and a network index (project | mode | net hash |
+    iOS major | ms | click id), both -> link id, so an iOS first launch reads
+    its candidates instead of the whole window."""
+    import cbor2
+
+    by_cohort, by_net = dbs[b"click_window_by_cohort"], dbs[b"click_window_by_net"]
+    for key, raw in txn.cursor(db=dbs[b"click_window"]).iternext():
+        k = bytes(key)
+        scope, tail = k[:17], k[17:]
+        m = cbor2.loads(bytes(raw))
+        os_major, country, net = int(m["os_major"]), m.get("country"), m.get("net_hash")
+        link = layout.uid(str(m["link_id"]))
+        txn.put(layout.window_cohort_prefix(scope, os_major, country) + tail, link,
+                db=by_cohort)
+        if net is not None:
+            txn.put(layout.window_net_prefix(scope, bytes(net), os_major) + tail, link,
+                    db=by_net)
+
+
 # version N -> function taking the write txn and the databases, bringing data
 # from N-1 to N.
 MIGRATIONS: dict[int, Callable[[lmdb.Transaction, Databases], None]] = {
     2: _index_installs_by_time,
+    3: _index_click_window,
 }
 
 

@@ -1,0 +1,73 @@
+"""Single-use ``svc_token``: carried in the store install referrer (Android) and
+in web fallback redirects (SPEC "Single-use token", "Handoff and token
+lifecycle"). Random, used once, expires 7 days after issue, exactly.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from svc_engine.decode import req_bool, req_int, req_str
+from svc_engine.keys import Mode
+
+DAY_MS = 24 * 60 * 60_000
+TOKEN_TTL_MS = 7 * DAY_MS
+
+
+class TokenState(enum.StrEnum):
+    VALID = "valid"
+    USED = "used"
+    EXPIRED = "expired"
+    MISSING = "missing"
+
+
+@attrs.frozen
+class Token:
+    """A single-use ``svc_token`` (store install referrer, web fallback redirects)."""
+
+    VERSION = 1
+    token: str
+    link_id: str
+    mode: Mode
+    issued_at_ms: int
+    expires_at_ms: int
+    used: bool = False
+
+    @classmethod
+    def issue(cls, random_bytes: bytes, *, link_id: str, mode: Mode, now_ms: int) -> Token:
+        """A fresh token: 16 or more random bytes as unpadded base64url, 7-day life."""
+        if len(random_bytes) < 16:
+            raise ValueError("a token needs at least 16 random bytes")
+        text = base64.urlsafe_b64encode(random_bytes[:32]).rstrip(b"=").decode("ascii")
+        return cls(token=text, link_id=link_id, mode=mode, issued_at_ms=now_ms,
+                   expires_at_ms=now_ms + TOKEN_TTL_MS)
+
+    def consumed(self) -> Token:
+        return attrs.evolve(self, used=True)
+
+    def to_map(self) -> dict[str, object]:
+        return {"v": self.VERSION, "token": self.token, "link_id": self.link_id,
+                "mode": self.mode.value, "issued_at_ms": self.issued_at_ms,
+                "expires_at_ms": self.expires_at_ms, "used": self.used}
+
+    @classmethod
+    def from_map(cls, m: Mapping[str, Any]) -> Token:
+        return cls(token=req_str(m, "token"), link_id=req_str(m, "link_id"),
+                   mode=Mode(req_str(m, "mode")), issued_at_ms=req_int(m, "issued_at_ms"),
+                   expires_at_ms=req_int(m, "expires_at_ms"), used=req_bool(m, "used"))
+
+
+def token_state(token: Token | None, now_ms: int) -> TokenState:
+    """Used wins over expired; a token expires at ``expires_at_ms`` exactly."""
+    if token is None:
+        return TokenState.MISSING
+    if token.used:
+        return TokenState.USED
+    if now_ms >= token.expires_at_ms:
+        return TokenState.EXPIRED
+    return TokenState.VALID

@@ -1,0 +1,269 @@
+"""The indexed click window (storage/click_window_store.py, schema 3) on real LMDB.
+
+A launch judged from the store's indexes must decide exactly what the pure
+rules decide from the whole window (SPEC.md "Probabilistic matching flow",
+"Limits": network hash deleted once matched and within 7 hours), leave every
+index in step with the entries, and read only its candidates."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import attrs
+import lmdb
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import storage.click_window_store as cws
+from storage import layout
+from storage.click_window_store import KEEP_MS, ClickWindow
+from storage.codec import decode
+from storage.lmdb_store import LmdbStore
+from storage.schema import SCHEMA_VERSION
+from svc_engine.attribution import (
+    ClickWindowEntry,
+    LaunchFacts,
+    Matched,
+    decide_first_launch,
+    decide_from_candidates,
+)
+from svc_engine.keys import Mode
+from svc_engine.settings import DeferredSettings
+
+NOW = 1_795_000_000_000
+MIN = 60_000
+PROJECT = "00000000-0000-4000-8000-00000000c0de"
+OTHER_PROJECT = "00000000-0000-4000-8000-00000000beef"
+LINKS = [f"{n:08x}-0000-4000-8000-000000000001" for n in (0xA, 0xB, 0xC)]
+NET, OTHER_NET = b"n" * 32, b"o" * 32
+INDEXES = (b"click_window", b"click_window_by_time", b"click_window_by_cohort",
+           b"click_window_by_net")
+
+
+def click_id(n: int) -> str:
+    return str(uuid.UUID(int=(0xF00D << 64) + n))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LmdbStore]:
+    s = LmdbStore(str(tmp_path_factory.mktemp("window")), map_size=256 << 20)
+    yield s
+    s.close()
+
+
+def expected_keys(project_id: str, entries: list[ClickWindowEntry]) -> dict[bytes, set[bytes]]:
+    """The keys of each database for ``entries``, spelled out from the layout."""
+    out: dict[bytes, set[bytes]] = {name: set() for name in INDEXES}
+    for e in entries:
+        scope = layout.scope(project_id, e.mode.value)
+        tail = layout.ms(e.at_ms) + layout.uid(e.click_id)
+        out[b"click_window"].add(scope + tail)
+        out[b"click_window_by_time"].add(tail[:8] + scope + tail[8:])
+        out[b"click_window_by_cohort"].add(
+            scope + layout.part(str(e.os_major).encode())
+            + layout.part(e.country.encode() if e.country is not None else None) + tail)
+        if e.net_hash is not None:
+            out[b"click_window_by_net"].add(
+                scope + layout.part(e.net_hash) + layout.part(str(e.os_major).encode()) + tail)
+    return out
+
+
+def stored_keys(txn: lmdb.Transaction, store: LmdbStore) -> dict[bytes, set[bytes]]:
+    return {name: {bytes(k) for k in txn.cursor(db=store.db(name)).iternext(values=False)}
+            for name in INDEXES}
+
+
+def stored_entries(txn: lmdb.Transaction, store: LmdbStore) -> list[ClickWindowEntry]:
+    return [decode(ClickWindowEntry, bytes(v))
+            for v in txn.cursor(db=store.db(b"click_window")).iternext(keys=False)]
+
+
+# --- the indexed decision equals the pure decision over the whole window ---------------
+
+ages = st.one_of(st.sampled_from([0, -1, 15 * MIN, 15 * MIN + 1, 120 * MIN, 120 * MIN + 1]),
+                 st.integers(min_value=-MIN, max_value=130 * MIN))
+taps = st.lists(st.tuples(st.sampled_from(LINKS), ages, st.sampled_from([16, 17]),
+                          st.sampled_from(["DE", "FR", None]),
+                          st.sampled_from([NET, OTHER_NET, None]), st.sampled_from(Mode)),
+                max_size=14)
+
+
+@settings(max_examples=300, deadline=None)
+@given(taps, st.sampled_from([16, 17, None]), st.sampled_from(["DE", "FR", None]),
+       st.sampled_from([NET, OTHER_NET, None]), st.booleans(), st.booleans(),
+       st.sampled_from([15, 120]), st.sampled_from(Mode))
+def test_indexed_launch_matches_the_pure_rules_and_keeps_indexes_in_step(
+        store: LmdbStore, drawn: list[tuple[str, int, int, str | None, bytes | None, Mode]],
+        os_major: int | None, country: str | None, net: bytes | None, prob: bool, ip: bool,
+        minutes: int, mode: Mode) -> None:
+    window = ClickWindow(store)
+    entries = [ClickWindowEntry(click_id=click_id(i), link_id=link, mode=m, os_major=major,
+                                country=c, at_ms=NOW - ago, net_hash=h)
+               for i, (link, ago, major, c, h, m) in enumerate(drawn)]
+    launch = LaunchFacts(mode=mode, platform="ios", os_major=os_major, country=country)
+    deferred = DeferredSettings(probabilistic_matching=prob, probabilistic_ip_matching=ip,
+                                probabilistic_window_minutes=minutes)
+    expected = decide_first_launch(launch, token=None, window=entries, settings=deferred,
+                                   net_hash=net, now_ms=NOW)
+    txn = store.env.begin(write=True)
+    try:
+        for e in entries:
+            window.put(txn, PROJECT, e)
+            window.put(txn, OTHER_PROJECT, e)  # another project's taps never count
+        found = window.candidates(txn, PROJECT, launch, deferred, net, NOW)
+        decision = decide_from_candidates(launch, token=None, network=found.network,
+                                          cohort=found.cohort, settings=deferred,
+                                          net_hash=net, now_ms=NOW)
+        assert decision == expected
+        left = entries
+        if isinstance(decision, Matched):
+            window.consume(txn, PROJECT, mode.value, decision, found)
+            gone = set(decision.consume_click_ids)
+            left = [attrs.evolve(e, net_hash=None)
+                    if e.mode is mode and e.net_hash in decision.delete_net_hashes else e
+                    for e in entries if e.click_id not in gone]
+        keys = stored_keys(txn, store)
+        for project_id, now_left in ((PROJECT, left), (OTHER_PROJECT, entries)):
+            pid = layout.uid(project_id)
+            assert {name: {k for k in ks if pid in (k[:16], k[8:24])}
+                    for name, ks in keys.items()} == expected_keys(project_id, now_left)
+        assert sorted((decode(ClickWindowEntry, bytes(v)) for k, v in txn.cursor(
+            db=store.db(b"click_window")).iternext() if k.startswith(layout.uid(PROJECT))),
+                      key=lambda e: e.click_id
+                      ) == sorted(left, key=lambda e: e.click_id)
+    finally:
+        txn.abort()
+
+
+# --- network hash deletion, expiry --------------------------------------------------------
+
+
+def tap(n: int, *, ago: int = 5 * MIN, major: int = 17, country: str | None = "DE",
+        net: bytes | None = NET, mode: Mode = Mode.LIVE, link: str = LINKS[0]) -> ClickWindowEntry:
+    return ClickWindowEntry(click_id=click_id(n), link_id=link, mode=mode, os_major=major,
+                            country=country, at_ms=NOW - ago, net_hash=net)
+
+
+def test_a_network_match_forgets_the_hash_on_every_tap_of_the_scope(store: LmdbStore) -> None:
+    window = ClickWindow(store)
+    entries = [tap(1), tap(2, major=16, link=LINKS[1]),  # same NAT, other device: hash goes
+               tap(3, ago=200 * MIN),  # out of the window, same network: hash goes
+               tap(4, mode=Mode.TEST),  # other mode: untouched
+               tap(5, net=OTHER_NET)]
+    launch = LaunchFacts(mode=Mode.LIVE, platform="ios", os_major=17, country="DE")
+    deferred = DeferredSettings(probabilistic_matching=True, probabilistic_ip_matching=True)
+    txn = store.env.begin(write=True)
+    try:
+        for e in entries:
+            window.put(txn, PROJECT, e)
+        found = window.candidates(txn, PROJECT, launch, deferred, NET, NOW)
+        decision = decide_from_candidates(launch, token=None, network=found.network,
+                                          cohort=found.cohort, settings=deferred, net_hash=NET,
+                                          now_ms=NOW)
+        assert isinstance(decision, Matched) and decision.consume_click_ids == (click_id(1),)
+        window.consume(txn, PROJECT, "live", decision, found)
+        hashes = {e.click_id: e.net_hash for e in stored_entries(txn, store)}
+        assert hashes == {click_id(2): None, click_id(3): None, click_id(4): NET,
+                          click_id(5): OTHER_NET}
+        assert window.forget_net_hash(txn, layout.scope(PROJECT, "live"), NET) == 0
+    finally:
+        txn.abort()
+
+
+def test_sweep_deletes_old_taps_from_every_index(store: LmdbStore) -> None:
+    window = ClickWindow(store)
+    old = [tap(1, ago=KEEP_MS + 1), tap(2, ago=KEEP_MS + 5 * MIN, net=None, country=None)]
+    kept = [tap(3, ago=KEEP_MS), tap(4, ago=MIN)]
+    txn = store.env.begin(write=True)
+    try:
+        for e in old + kept:
+            window.put(txn, PROJECT, e)
+        assert window.sweep(txn, NOW, limit=1) == 1
+        assert window.sweep(txn, NOW, limit=10) == 1
+        assert window.sweep(txn, NOW, limit=10) == 0
+        assert stored_keys(txn, store) == expected_keys(PROJECT, kept)
+        # 7 hours after the last tap nothing, and so no network hash, is left
+        window.sweep(txn, NOW + 7 * 60 * MIN, limit=10)
+        assert stored_keys(txn, store) == expected_keys(PROJECT, [])
+    finally:
+        txn.abort()
+
+
+# --- cost: a launch reads its candidates, not the window ------------------------------------
+
+
+def test_a_launch_decodes_only_what_it_consumes(store: LmdbStore,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    window = ClickWindow(store)
+    crowd = [tap(100 + i, ago=(i % 100) * MIN, major=16 + i % 2, country=("FR", "SE")[i % 2],
+                 net=bytes([2 + i % 7]) * 32, link=LINKS[i % 3]) for i in range(5000)]
+    mine = [tap(1, ago=9 * MIN, net=None), tap(2, ago=3 * MIN, net=None)]
+    decoded = 0
+
+    def counting(cls: object, raw: bytes) -> object:
+        nonlocal decoded
+        decoded += 1
+        return decode(cls, raw)  # type: ignore[arg-type]
+
+    launch = LaunchFacts(mode=Mode.LIVE, platform="ios", os_major=17, country="DE")
+    deferred = DeferredSettings(probabilistic_matching=True, probabilistic_ip_matching=True)
+    txn = store.env.begin(write=True)
+    try:
+        for e in crowd + mine:
+            window.put(txn, PROJECT, e)
+        monkeypatch.setattr(cws, "decode", counting)
+        found = window.candidates(txn, PROJECT, launch, deferred, b"\x01" * 32, NOW)
+        assert decoded == 0
+        assert (found.network.taps, found.cohort.taps) == (0, 2)
+        decision = decide_from_candidates(launch, token=None, network=found.network,
+                                          cohort=found.cohort, settings=deferred,
+                                          net_hash=b"\x01" * 32, now_ms=NOW)
+        assert isinstance(decision, Matched) and decision.consume_click_ids == (click_id(1),)
+        window.consume(txn, PROJECT, "live", decision, found)
+        assert decoded == 1  # the consumed tap, deleted by key
+    finally:
+        txn.abort()
+
+
+# --- schema 3: the migration builds the indexes from existing entries -------------------------
+
+
+def test_migration_to_schema_3_indexes_the_window(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(str(tmp_path), "v2")
+    s = LmdbStore(path, map_size=16 << 20)
+    entries = [tap(1), tap(2, net=None, country=None, major=16, link=LINKS[1]),
+               tap(3, mode=Mode.TEST, ago=200 * MIN), tap(4, net=b"x" * 300)]
+    with s.env.begin(write=True) as txn:
+        for e in entries:
+            ClickWindow(s).put(txn, PROJECT, e)
+        written = stored_keys(txn, s)
+        values = {bytes(k): bytes(v) for k, v in txn.cursor(
+            db=s.db(b"click_window_by_cohort")).iternext()}
+        # the data dir as schema 2 left it: entries and the time index only
+        txn.drop(s.db(b"click_window_by_cohort"), delete=False)
+        txn.drop(s.db(b"click_window_by_net"), delete=False)
+        txn.put(b"schema_version", b"2", db=s.db(b"meta"))
+    s.close()
+    assert SCHEMA_VERSION == 3
+    s = LmdbStore(path, map_size=16 << 20)
+    try:
+        assert s.meta("schema_version") == b"3"
+        with s.read() as txn:
+            assert stored_keys(txn, s) == written == expected_keys(PROJECT, entries)
+            assert {bytes(k): bytes(v) for k, v in txn.cursor(
+                db=s.db(b"click_window_by_cohort")).iternext()} == values
+            assert set(values.values()) == {layout.uid(LINKS[0]), layout.uid(LINKS[1])}
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    (None, b""), (b"", b"\x00"), (b"ab", b"abc"), (b"x" * 255, b"x" * 256),
+    (b"x" * 300, b"x" * 301),
+])
+def test_key_parts_never_prefix_each_other(a: bytes | None, b: bytes) -> None:
+    pa, pb = layout.part(a), layout.part(b)
+    assert not pa.startswith(pb) and not pb.startswith(pa)
