@@ -2,8 +2,9 @@
 
 One ``trio.run``. The root nursery holds the storage writer; inside it the
 service nursery holds the timer, the housekeeper, the project actors' registry
-and ``hypercorn.trio.serve`` with the ASGI front. On SIGTERM or SIGINT Hypercorn
-stops accepting and lets in-flight requests finish (``SVC_SHUTDOWN_GRACE``),
+and the HTTP server (web/server.py) with the ASGI front. On SIGTERM or SIGINT
+the server stops accepting, closes idle connections and lets in-flight
+requests finish (``SVC_SHUTDOWN_GRACE``),
 the actors are stopped, the writer commits everything queued, and LMDB is
 closed. A request is answered only after its write is durable, so nothing
 acknowledged is lost.
@@ -22,15 +23,14 @@ from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
 from actors.clock import Clock, SystemClock
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
-from web import connection_cap, logs, tenancy, useragent
+from web import logs, tenancy, useragent
 from web.assembly import build_front, start_services
 from web.front import Front
+from web.server import HttpServer, ServerSettings
 from web.services import system_random
 
 log = logging.getLogger("svc")
@@ -60,19 +60,14 @@ def _tune_gc() -> None:
     gc.set_threshold(max(gen0, 7000), gen1, gen2)
 
 
-def hypercorn_config(config: Config) -> HypercornConfig:
-    hc = HypercornConfig()
-    hc.bind = [f"{config.host}:{config.port}"]
-    hc.accesslog = None  # our own access log, without client addresses
-    hc.errorlog = logging.getLogger("hypercorn.error")  # through our handler, once
-    hc.graceful_timeout = float(config.shutdown_grace_s)
-    hc.keep_alive_timeout = 5
-    hc.h11_max_incomplete_size = 16 * 1024
-    hc.include_server_header = False
-    if config.certfile and config.keyfile:
-        hc.certfile = config.certfile
-        hc.keyfile = config.keyfile
-    return hc
+def server_settings(config: Config) -> ServerSettings:
+    tls = bool(config.certfile and config.keyfile)
+    return ServerSettings(host=config.host, port=config.port,
+                          max_connections=config.max_connections,
+                          keep_alive_s=5.0, max_header_bytes=16 * 1024,
+                          shutdown_grace_s=float(config.shutdown_grace_s),
+                          certfile=config.certfile if tls else None,
+                          keyfile=config.keyfile if tls else None)
 
 
 async def _wait_for_signal(stop: trio.Event) -> None:
@@ -132,16 +127,15 @@ async def _serve_with_store(config: Config, store: LmdbStore, clock: Clock, boot
                 maybe = on_ready(binds)
                 if maybe is not None:
                     await maybe
-        # Hypercorn has drained the in-flight requests: stop the actors.
+        # The server has drained the in-flight requests: stop the actors.
         nursery.cancel_scope.cancel()
 
 
 async def _serve_http(front: Front, config: Config, stop: trio.Event, *,
                       task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
                       ) -> None:
-    connection_cap.install(config.max_connections)
-    await hypercorn_serve(front, hypercorn_config(config),  # type: ignore[arg-type]
-                          shutdown_trigger=stop.wait, task_status=task_status)
+    server = HttpServer(front, server_settings(config))
+    await server.serve(stop, task_status=task_status)
 
 
 def run(config: Config, *, bootstrap: bool = False) -> None:

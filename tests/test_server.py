@@ -1,0 +1,415 @@
+"""The HTTP/1.1 server (web/server.py) against a small ASGI app: keep-alive,
+pipelining, bodies read or left unread, 100-continue, HEAD, streamed answers,
+application failures, malformed requests, the connection cap, TLS, timeouts
+(on trio's in-memory streams with the autojump clock) and graceful shutdown."""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+import trustme
+
+from web.server import HttpServer, ServerSettings
+
+Message = dict[str, Any]
+
+
+class App:
+    """An ASGI app with one route per behaviour under test."""
+
+    def __init__(self) -> None:
+        self.clients: list[Any] = []
+        self.release = trio.Event()
+        self.entered = trio.Event()
+        self.watcher_saw: list[str] = []
+        self.scopes: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.clients.append(scope["client"])
+        self.scopes.append(scope)
+        path = scope["path"]
+        if path == "/echo":
+            body = b""
+            while True:
+                m = await receive()
+                body += m.get("body", b"")
+                if not m.get("more_body"):
+                    break
+            await _answer(send, 200, body)
+        elif path == "/stream":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            for part in (b"one,", b"two,", b"three"):
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        elif path == "/boom":
+            raise RuntimeError("boom")
+        elif path == "/boom-late":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"part", "more_body": True})
+            raise RuntimeError("boom")
+        elif path == "/slow":
+            self.entered.set()
+            await self.release.wait()
+            await _answer(send, 200, b"slow done")
+        elif path == "/watch":  # like Quart: a task watches receive() for the disconnect
+            async def watch() -> None:
+                while True:
+                    m = await receive()
+                    if m["type"] == "http.disconnect":
+                        self.watcher_saw.append("disconnect")
+                        return
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                await _answer(send, 200, b"watched")
+        else:
+            await _answer(send, 200, f"path={path} query={scope['query_string'].decode()}"
+                          .encode())
+
+
+async def _answer(send: Any, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Head:
+    def __init__(self, status_code: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.status_code = status_code
+        self.headers = headers
+
+
+class Client:
+    """Raw bytes out, responses parsed by hand (content-length, chunked)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    async def _more(self) -> None:
+        data = await self.stream.receive_some(65536)
+        if not data:
+            raise EOFError("closed")
+        self.buffer += data
+
+    async def _line(self, sep: bytes = b"\r\n") -> bytes:
+        while sep not in self.buffer:
+            await self._more()
+        line, _, self.buffer = self.buffer.partition(sep)
+        return line
+
+    async def _take(self, n: int) -> bytes:
+        while len(self.buffer) < n:
+            await self._more()
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out
+
+    async def response(self, *, head_only: bool = False) -> tuple[Head, bytes]:
+        with trio.fail_after(10):
+            block = await self._line(b"\r\n\r\n")
+            status_line, *lines = block.split(b"\r\n")
+            headers = [(k.strip().lower(), v.strip())
+                       for k, _, v in (ln.partition(b":") for ln in lines)]
+            head = Head(int(status_line.split(b" ")[1]), headers)
+            fields = dict(headers)
+            if head_only or head.status_code == 100:
+                return head, b""
+            if fields.get(b"transfer-encoding") == b"chunked":
+                body = b""
+                while True:
+                    size = int(await self._line(), 16)
+                    chunk = await self._take(size + 2)
+                    if size == 0:
+                        return head, body
+                    body += chunk[:-2]
+            return head, await self._take(int(fields.get(b"content-length", b"0")))
+
+    async def expect_close(self) -> None:
+        with trio.fail_after(10):
+            while True:
+                try:
+                    await self._more()
+                except (EOFError, trio.BrokenResourceError):
+                    return
+
+
+def get(path: str, *extra: bytes, method: bytes = b"GET") -> bytes:
+    return (method + b" " + path.encode() + b" HTTP/1.1\r\nhost: t\r\n" + b"".join(extra)
+            + b"\r\n")
+
+
+@pytest.fixture
+async def served(nursery: trio.Nursery) -> Any:
+    app = App()
+    server = HttpServer(app, ServerSettings(host="127.0.0.1", port=0, max_connections=4,
+                                            shutdown_grace_s=5))
+    stop = trio.Event()
+    binds = await nursery.start(server.serve, stop)
+    port = int(binds[0].rsplit(":", 1)[1])
+
+    opened: list[Client] = []
+
+    async def connect() -> Client:
+        opened.append(Client(await trio.open_tcp_stream("127.0.0.1", port)))
+        return opened[-1]
+
+    yield app, server, connect, stop
+    for c in opened:
+        await trio.aclose_forcefully(c.stream)
+
+
+async def test_keep_alive_serves_many_requests_on_one_connection(served: Any) -> None:
+    app, _, connect, _ = served
+    c = await connect()
+    for i in range(3):
+        await c.stream.send_all(get(f"/r{i}?x={i}"))
+        head, body = await c.response()
+        assert head.status_code == 200
+        assert body == f"path=/r{i} query=x={i}".encode()
+        assert tuple(k for k, _ in head.headers if k == b"date") == (b"date", )
+        assert not any(k == b"server" for k, _ in head.headers)
+    assert len(set(app.clients)) == 1
+
+
+async def test_pipelined_requests_are_answered_in_order(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/a") + get("/b") + get("/c"))
+    bodies = [(await c.response())[1] for _ in range(3)]
+    assert bodies == [b"path=/a query=", b"path=/b query=", b"path=/c query="]
+
+
+async def test_bodies_with_length_and_chunked(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/echo", b"content-length: 5\r\n", method=b"POST") + b"hello")
+    assert (await c.response())[1] == b"hello"
+    await c.stream.send_all(get("/echo", b"transfer-encoding: chunked\r\n", method=b"POST")
+                            + b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+    assert (await c.response())[1] == b"abcde"
+
+
+async def test_an_unread_small_body_does_not_spoil_the_connection(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/ignored", b"content-length: 3\r\n", method=b"POST") + b"xyz"
+                            + get("/next"))
+    assert (await c.response())[1] == b"path=/ignored query="
+    assert (await c.response())[1] == b"path=/next query="
+
+
+async def test_an_unread_large_body_gets_the_answer_then_a_close(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/ignored", b"content-length: 10000000\r\n", method=b"POST")
+                            + b"x" * 1000)
+    head, body = await c.response()
+    assert head.status_code == 200 and body == b"path=/ignored query="
+    await c.expect_close()
+
+
+async def test_expect_100_continue(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/echo", b"content-length: 4\r\nexpect: 100-continue\r\n",
+                                method=b"POST"))
+    interim, _ = await c.response()
+    assert interim.status_code == 100
+    await c.stream.send_all(b"ping")
+    head, body = await c.response()
+    assert head.status_code == 200 and body == b"ping"
+
+
+async def test_head_has_headers_and_no_body(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/x", method=b"HEAD") + get("/y"))
+    head, body = await c.response(head_only=True)
+    assert head.status_code == 200 and body == b""
+    assert dict(head.headers)[b"content-length"] == b"14"
+    assert (await c.response())[1] == b"path=/y query="
+
+
+async def test_streamed_answer_is_chunked(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/stream"))
+    head, body = await c.response()
+    assert dict(head.headers)[b"transfer-encoding"] == b"chunked"
+    assert body == b"one,two,three"
+
+
+async def test_application_failure_is_a_500_before_the_answer_started(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/boom"))
+    head, body = await c.response()
+    assert head.status_code == 500 and b"internal_error" in body
+    await c.stream.send_all(get("/after"))  # the connection is still good
+    assert (await c.response())[1] == b"path=/after query="
+
+
+async def test_application_failure_after_the_answer_started_cuts_the_connection(
+        served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/boom-late"))
+    with pytest.raises((EOFError, ValueError)):
+        await c.response()
+
+
+@pytest.mark.parametrize(("raw", "status"), [
+    (b"NONSENSE\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nhost: t\r\nx-big: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+    (b"GET /\xff\xfe HTTP/1.1\r\nhost: t\r\n\r\n", 400),
+    (b"GET /%ff HTTP/1.1\r\nhost: t\r\n\r\n", 400),
+])
+async def test_malformed_requests_get_a_4xx_and_a_close(served: Any, raw: bytes,
+                                                         status: int) -> None:
+    app, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(raw)
+    answer = b""
+    with trio.fail_after(5):
+        while True:
+            data = await c.stream.receive_some(65536)
+            if not data:
+                break
+            answer += data
+    assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer[:40]
+    assert b"connection: close" in answer and b'"error"' in answer
+    assert app.scopes == []
+
+
+async def test_absolute_form_target(served: Any) -> None:
+    app, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(b"GET http://t/abs/path?q=1 HTTP/1.1\r\nhost: t\r\n\r\n")
+    assert (await c.response())[1] == b"path=/abs/path query=q=1"
+    assert app.scopes[0]["raw_path"] == b"/abs/path"
+
+
+async def test_percent_encoded_path_is_decoded(served: Any) -> None:
+    app, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/caf%C3%A9"))
+    await c.response()
+    assert app.scopes[0]["path"] == "/café" and app.scopes[0]["raw_path"] == b"/caf%C3%A9"
+
+
+async def test_connections_over_the_cap_get_503(served: Any) -> None:
+    _, server, connect, _ = served
+    held = [await connect() for _ in range(4)]
+    for h in held:
+        await h.stream.send_all(get("/hold"))
+        await h.response()
+    extra = await connect()
+    await extra.stream.send_all(get("/x"))
+    head, body = await extra.response()
+    assert head.status_code == 503 and dict(head.headers)[b"retry-after"] == b"1"
+    assert b"overloaded" in body and server.refused == 1
+    await held[0].stream.aclose()
+    with trio.fail_after(5):
+        while server.limiter.borrowed_tokens >= 4:
+            await trio.sleep(0.01)
+    again = await connect()
+    await again.stream.send_all(get("/x"))
+    assert (await again.response())[0].status_code == 200
+
+
+async def test_a_watching_receive_sees_the_disconnect_after_the_answer(served: Any) -> None:
+    app, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/watch") + get("/next"))
+    assert (await c.response())[1] == b"watched"
+    assert (await c.response())[1] == b"path=/next query="
+    assert app.watcher_saw == ["disconnect"]
+
+
+async def test_graceful_shutdown_finishes_in_flight_and_closes_idle(served: Any) -> None:
+    app, _server, connect, stop = served
+    idle = await connect()
+    await idle.stream.send_all(get("/x"))
+    await idle.response()
+    busy = await connect()
+    await busy.stream.send_all(get("/slow"))
+    await app.entered.wait()
+    stop.set()
+    await idle.expect_close()  # idle keep-alive connections close at once
+    app.release.set()
+    head, body = await busy.response()
+    assert body == b"slow done" and dict(head.headers)[b"connection"] == b"close"
+    await busy.expect_close()
+
+
+def _memory_server(app: App, **settings: Any) -> tuple[HttpServer, Any, Any]:
+    server = HttpServer(app, ServerSettings(host="127.0.0.1", port=0, **settings))
+    client_end, server_end = trio.testing.memory_stream_pair()
+    return server, client_end, server_end
+
+
+async def test_idle_keep_alive_connection_closes_after_the_timeout(
+        autojump_clock: trio.testing.MockClock) -> None:
+    app = App()
+    server, client_end, server_end = _memory_server(app, keep_alive_s=5.0)
+    closed_at: list[float] = []
+    async with trio.open_nursery() as nursery:
+        async def run() -> None:
+            await server.serve_stream(server_end, ("10.0.0.1", 1), ("127.0.0.1", 80))
+            closed_at.append(trio.current_time())
+
+        nursery.start_soon(run)
+        c = Client(client_end)
+        start = trio.current_time()
+        await c.stream.send_all(get("/x"))
+        await c.response()
+        await c.expect_close()
+    assert closed_at[0] - start == pytest.approx(5.0, abs=0.01)
+
+
+async def test_headers_dripping_in_are_cut_off(autojump_clock: trio.testing.MockClock) -> None:
+    app = App()
+    server, client_end, server_end = _memory_server(app, keep_alive_s=5.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.serve_stream, server_end, None, None)
+        start = trio.current_time()
+        await client_end.send_all(b"GET / HTTP/1.1\r\nhost: t\r\n")
+        dripped = 0
+        try:
+            while True:
+                await trio.sleep(1)
+                await client_end.send_all(b"x-drip: 1\r\n")
+                dripped += 1
+        except trio.BrokenResourceError:
+            pass
+    assert 4 <= dripped <= 5 and trio.current_time() - start < 7
+    assert app.scopes == []
+
+
+async def test_tls_keep_alive(nursery: trio.Nursery, tmp_path: Any) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    certfile, keyfile = str(tmp_path / "c.pem"), str(tmp_path / "k.pem")
+    cert.private_key_and_cert_chain_pem.write_to_path(certfile)
+    cert.private_key_pem.write_to_path(keyfile)
+    app = App()
+    server = HttpServer(app, ServerSettings(host="127.0.0.1", port=0, certfile=certfile,
+                                            keyfile=keyfile))
+    binds = await nursery.start(server.serve, trio.Event())
+    assert binds[0].startswith("https://")
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    tcp = await trio.open_tcp_stream("127.0.0.1", int(binds[0].rsplit(":", 1)[1]))
+    c = Client(trio.SSLStream(tcp, ctx, server_hostname="127.0.0.1"))
+    for path in ("/one", "/two"):
+        await c.stream.send_all(get(path))
+        _head, body = await c.response()
+        assert body == f"path={path} query=".encode()
+    assert app.scopes[0]["scheme"] == "https"
+    await trio.aclose_forcefully(c.stream)
+    nursery.cancel_scope.cancel()

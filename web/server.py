@@ -1,0 +1,445 @@
+"""The HTTP/1.1 server: trio and h11, serving the ASGI front.
+
+Why not Hypercorn: on one core Hypercorn's trio worker spends about 300 µs on
+each request before the application runs (tasks, locks, channels and cancel
+scopes per request); a bare trio + h11 loop spends about 70 µs. The redirect
+and SDK paths are cheap enough that the server layer was most of their cost
+(bench/README.md has the profile and the before/after ratios). So this module
+is the server: one task per connection drives an ``h11.Connection`` and calls
+the ASGI application once per request, in that task, through a minimal ASGI
+bridge (``http`` scopes only; the front answers everything, the Quart-Trio
+dashboard included).
+
+Theory of operation, per connection:
+
+1. A connection over ``max_connections`` gets ``503`` with ``Retry-After``
+   and is closed (after draining what the client sent, so it reads the answer).
+2. TLS, when configured, is handshaken within the keep-alive timeout.
+3. Waiting for a request's head (idle keep-alive, or headers dripping in) is
+   bounded by ``keep_alive_s``; past it the connection is closed (slowloris).
+   A head over ``max_header_bytes`` or a malformed request is answered with
+   the 4xx h11 suggests and the connection is closed.
+4. The application reads the body through ``receive`` (the request-body
+   deadline is the front's, web/http.py) and answers through ``send``; the
+   head and a body that arrives with it go out in one write.
+5. If the client's body was not read to the end, or either side asked to
+   close, the connection closes (after a bounded drain); otherwise the next
+   request is read from the same connection.
+
+Shutdown: listeners close at once, idle connections close, busy ones finish
+their current response (marked ``connection: close``) within the grace
+period, after which they are cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import unquote
+
+import attrs
+import h11
+import orjson
+import trio
+
+log = logging.getLogger("svc.server")
+Scope = dict[str, Any]
+Message = dict[str, Any]
+AsgiApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
+                   Awaitable[None]]
+
+RECEIVE_SIZE = 65536
+DRAIN_LIMIT = 1 << 20
+ASGI = {"version": "3.0", "spec_version": "2.3"}
+_CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+@attrs.frozen
+class ServerSettings:
+    host: str
+    port: int
+    max_connections: int = 1024
+    keep_alive_s: float = 5.0
+    max_header_bytes: int = 16 * 1024
+    shutdown_grace_s: float = 10.0
+    certfile: str | None = None
+    keyfile: str | None = None
+
+
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+
+def refusal(status: int, code: str, message: str, *, retry_after: bool = False) -> bytes:
+    """A complete ``connection: close`` answer for when no request can be
+    handed to the application (too many connections, a malformed request)."""
+    body = orjson.dumps({"error": {"code": code, "message": message}})
+    head = (f"HTTP/1.1 {status} {_REASONS.get(status, b'').decode()}\r\n"
+            "content-type: application/json\r\n"
+            + ("retry-after: 1\r\n" if retry_after else "")
+            + f"connection: close\r\ncontent-length: {len(body)}\r\n\r\n")
+    return head.encode() + body
+
+
+_OVER_CAPACITY = refusal(503, "overloaded", "too many connections; retry shortly",
+                         retry_after=True)
+
+
+class _Date:
+    """The ``date`` header, formatted at most once a second."""
+
+    def __init__(self) -> None:
+        self.second = -1
+        self.value = b""
+
+    def header(self) -> tuple[bytes, bytes]:
+        now = int(time.time())
+        if now != self.second:
+            self.second = now
+            self.value = formatdate(now, usegmt=True).encode()
+        return (b"date", self.value)
+
+
+class HttpServer:
+    def __init__(self, app: AsgiApp, settings: ServerSettings) -> None:
+        self.app = app
+        self.settings = settings
+        self.limiter = trio.CapacityLimiter(settings.max_connections)
+        self.refused = 0
+        self.closing = False
+        self.connections: set[_Connection] = set()
+        self.date = _Date()
+        self.ssl_context = _ssl_context(settings) if settings.certfile else None
+        self.scheme = "https" if self.ssl_context else "http"
+
+    async def serve(self, stop: trio.Event, *,
+                    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        s = self.settings
+        listeners = await trio.open_tcp_listeners(s.port, host=s.host or None, backlog=1024)
+        binds = [_bind_name(self.scheme, ln.socket.getsockname()) for ln in listeners]
+        async with trio.open_nursery() as connections:
+            async with trio.open_nursery() as acceptors:
+                for listener in listeners:
+                    acceptors.start_soon(self._accept, listener, connections)
+                task_status.started(binds)
+                await stop.wait()
+                acceptors.cancel_scope.cancel()
+            self._begin_shutdown()
+            connections.cancel_scope.deadline = trio.current_time() + s.shutdown_grace_s
+
+    async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as e:  # out of file descriptors and the like: wait, retry
+                    log.error("accept failed: %s", e)
+                    await trio.sleep(0.1)
+                    continue
+                nursery.start_soon(self._connection, stream)
+
+    def _begin_shutdown(self) -> None:
+        self.closing = True
+        for conn in list(self.connections):
+            conn.shutdown()
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        try:
+            self.limiter.acquire_on_behalf_of_nowait(stream)
+        except trio.WouldBlock:
+            self.refused += 1
+            await _refuse(stream, _OVER_CAPACITY)
+            return
+        try:
+            await self._serve_stream(stream)
+        finally:
+            self.limiter.release_on_behalf_of(stream)
+
+    async def _serve_stream(self, tcp: trio.SocketStream) -> None:
+        try:
+            client = _address(tcp.socket.getpeername())
+            server = _address(tcp.socket.getsockname())
+        except OSError:
+            await tcp.aclose()
+            return
+        stream: trio.abc.Stream = tcp
+        if self.ssl_context is not None:
+            tls = trio.SSLStream(tcp, self.ssl_context, server_side=True,
+                                 https_compatible=True)
+            shaken = False
+            with trio.move_on_after(self.settings.keep_alive_s):
+                try:
+                    await tls.do_handshake()
+                    shaken = True
+                except (*_CLOSED, ssl.SSLError):
+                    pass
+            if not shaken:
+                await trio.aclose_forcefully(tcp)
+                return
+            stream = tls
+        await self.serve_stream(stream, client, server)
+
+    async def serve_stream(self, stream: trio.abc.Stream, client: tuple[str, int] | None,
+                           server: tuple[str, int] | None) -> None:
+        """Serve one connection's requests until it closes (any byte stream:
+        the tests drive it over trio's in-memory streams with a fake clock)."""
+        conn = _Connection(self, stream, client, server)
+        self.connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+            await trio.aclose_forcefully(stream)
+
+
+class _Connection:
+    """One client connection: h11 state, the current request's ASGI bridge."""
+
+    def __init__(self, server: HttpServer, stream: trio.abc.Stream,
+                 client: tuple[str, int] | None, addr: tuple[str, int] | None) -> None:
+        self.server = server
+        self.stream = stream
+        self.h11 = h11.Connection(h11.SERVER,
+                                  max_incomplete_event_size=server.settings.max_header_bytes)
+        self.client = client
+        self.addr = addr
+        self.limit = server.settings.max_header_bytes
+        self.idle: trio.CancelScope | None = None
+        self.head = False
+        self.started: tuple[int, list[tuple[bytes, bytes]]] | None = None
+        self.complete = False
+        self.body_done = False
+        self.response_sent: trio.Event | None = None
+
+    def shutdown(self) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
+
+    async def _next_event(self) -> Any:
+        conn = self.h11
+        while True:
+            event = conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            conn.receive_data(bytes(await self.stream.receive_some(RECEIVE_SIZE)))
+
+    async def run(self) -> None:
+        server = self.server
+        while not server.closing:
+            with trio.move_on_after(server.settings.keep_alive_s) as idle:
+                self.idle = idle
+                try:
+                    event = await self._next_event()
+                except h11.RemoteProtocolError as e:
+                    await self._reject(e)
+                    return
+                except _CLOSED:
+                    return
+                finally:
+                    self.idle = None
+            if idle.cancelled_caught or not isinstance(event, h11.Request):
+                return  # idle too long, headers too slow, closed, or shutting down
+            if sum(len(k) + len(v) for k, v in event.headers) > self.limit:
+                # h11 bounds only a head still incomplete; one that arrived
+                # whole in a single read is measured here.
+                await self._reject(h11.RemoteProtocolError("head too large",
+                                                           error_status_hint=431))
+                return
+            if not await self._respond(event):
+                return
+            conn = self.h11
+            if conn.their_state is h11.SEND_BODY:
+                self._skip_buffered_body()
+            if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+                conn.start_next_cycle()
+                continue
+            if conn.their_state is h11.SEND_BODY:
+                await self._drain_and_close()
+            return
+
+    def _skip_buffered_body(self) -> None:
+        """The application answered without reading the body (a GET's empty
+        one, usually): consume what h11 already holds, without waiting."""
+        try:
+            while type(self.h11.next_event()) is h11.Data:
+                pass
+        except h11.RemoteProtocolError:
+            pass
+
+    async def _reject(self, error: h11.RemoteProtocolError) -> None:
+        if error.error_status_hint == 431:
+            answer = refusal(431, "payload_too_large", "the request head is too large")
+        else:
+            answer = refusal(400, "bad_request", "malformed HTTP request")
+        await _refuse(self.stream, answer)
+
+    async def _respond(self, request: h11.Request) -> bool:
+        """Run the application for one request; False when the connection
+        cannot carry another one."""
+        scope = self._scope(request)
+        if scope is None:
+            await _refuse(self.stream, refusal(400, "bad_request", "malformed request target"))
+            return False
+        self.head = request.method == b"HEAD"
+        self.started = None
+        self.complete = False
+        self.body_done = False
+        self.response_sent = None
+        try:
+            await self.server.app(scope, self._receive, self._send)
+        except _CLOSED:
+            return False
+        except Exception:
+            log.exception("the application failed on %s %s", scope["method"], scope["path"])
+            if self.started is not None or self.complete:
+                return False
+            try:
+                await self._send({"type": "http.response.start", "status": 500,
+                                  "headers": [(b"content-type", b"application/json")]})
+                await self._send({"type": "http.response.body", "body": _INTERNAL})
+            except (*_CLOSED, h11.LocalProtocolError):
+                return False
+        return self.complete  # False: the application ended without a whole response
+
+    def _scope(self, request: h11.Request) -> Scope | None:
+        target = request.target
+        if not target.startswith(b"/"):
+            if target == b"*":
+                target = b"/"
+            else:  # absolute form: keep the path and query
+                scheme_end = target.find(b"://")
+                slash = target.find(b"/", scheme_end + 3) if scheme_end > 0 else -1
+                if slash < 0:
+                    return None
+                target = target[slash:]
+        raw_path, _, query = target.partition(b"?")
+        try:
+            path = unquote(raw_path.decode("ascii"), errors="strict")
+        except UnicodeDecodeError:
+            return None
+        return {
+            "type": "http", "asgi": ASGI,
+            "http_version": "1.1" if request.http_version == b"1.1" else "1.0",
+            "method": request.method.decode("ascii"), "scheme": self.server.scheme,
+            "path": path, "raw_path": raw_path, "query_string": query, "root_path": "",
+            "headers": list(request.headers), "client": self.client, "server": self.addr,
+            "extensions": {},
+        }
+
+    async def _receive(self) -> Message:
+        if self.body_done:  # a framework watching for the client to go away
+            if self.response_sent is None:
+                self.response_sent = trio.Event()
+            await self.response_sent.wait()
+            return {"type": "http.disconnect"}
+        conn = self.h11
+        if conn.they_are_waiting_for_100_continue:
+            await self.stream.send_all(
+                conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+        chunks: list[bytes] = []
+        try:
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    if chunks:
+                        break
+                    conn.receive_data(bytes(await self.stream.receive_some(RECEIVE_SIZE)))
+                elif type(event) is h11.Data:
+                    chunks.append(bytes(event.data))
+                elif type(event) is h11.EndOfMessage:
+                    self.body_done = True
+                    break
+                else:  # ConnectionClosed or PAUSED: the body ended early
+                    return self._disconnect()
+        except (*_CLOSED, h11.RemoteProtocolError):
+            return self._disconnect()
+        return {"type": "http.request", "body": b"".join(chunks),
+                "more_body": not self.body_done}
+
+    def _disconnect(self) -> Message:
+        self.body_done = True
+        self.response_sent = self.response_sent or trio.Event()
+        self.response_sent.set()
+        return {"type": "http.disconnect"}
+
+    async def _send(self, message: Message) -> None:
+        kind = message["type"]
+        conn = self.h11
+        if kind == "http.response.start":
+            headers = list(message.get("headers", ()))
+            self.started = (int(message["status"]), headers)
+            return
+        if kind != "http.response.body" or self.complete:
+            return
+        out = b""
+        if self.started is not None:
+            status, headers = self.started
+            self.started = None
+            headers.append(self.server.date.header())
+            if self.server.closing:
+                headers.append((b"connection", b"close"))
+            out = conn.send(h11.Response(status_code=status, headers=headers,
+                                         reason=_REASONS.get(status, b"")))
+        body = message.get("body", b"")
+        if body and not self.head:
+            out += conn.send(h11.Data(data=body))
+        if not message.get("more_body", False):
+            out += conn.send(h11.EndOfMessage())
+            self.complete = True
+        if out:
+            await self.stream.send_all(out)
+        if self.complete and self.response_sent is not None:
+            self.response_sent.set()
+
+    async def _drain_and_close(self) -> None:
+        """The response is out but the client's body was not read (413, an
+        early error): stop sending and read a bounded amount of what the
+        client still sends, so closing does not reset the connection before
+        the client has read the answer."""
+        await _refuse(self.stream, b"")
+
+
+_INTERNAL = b'{"error":{"code":"internal_error","message":"internal error; it has been logged"}}'
+
+
+async def _refuse(stream: trio.abc.Stream, answer: bytes) -> None:
+    with trio.move_on_after(1):
+        try:
+            if answer:
+                await stream.send_all(answer)
+            if isinstance(stream, trio.SocketStream):
+                await stream.send_eof()
+            drained = 0
+            while drained < DRAIN_LIMIT:
+                data = await stream.receive_some(RECEIVE_SIZE)
+                if not data:
+                    break
+                drained += len(data)
+        except (*_CLOSED, ssl.SSLError):
+            pass
+    await trio.aclose_forcefully(stream)
+
+
+def _address(sockaddr: Any) -> tuple[str, int] | None:
+    if isinstance(sockaddr, tuple) and len(sockaddr) >= 2:
+        return (str(sockaddr[0]), int(sockaddr[1]))
+    return None
+
+
+def _bind_name(scheme: str, sockaddr: Any) -> str:
+    host, port = sockaddr[0], sockaddr[1]
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}"
+
+
+def _ssl_context(settings: ServerSettings) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    assert settings.certfile is not None
+    ctx.load_cert_chain(settings.certfile, settings.keyfile)
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
