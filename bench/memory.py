@@ -11,7 +11,7 @@ own storage code (``bench/bulk_data.py``):
   Per project = (RSS after all - RSS after one) / (projects - 1).
 - per click-window entry: the same app with 0 and with 100,000 (quick:
   10,000) iPhone taps in its probabilistic window; RSS after start, then after
-  three iOS first launches (each reads the whole window), with their latency.
+  three iOS first launches (each reads its candidate taps), with their latency.
   Per entry = (RSS with entries - RSS without) / entries.
 
 The server is pinned to CPU 1 when possible; rate limits are off.

@@ -108,9 +108,9 @@ def render_attribution(d: Mapping[str, Any]) -> str:
         "tapper of the group without its tap (ios_cohort recall). A conflicting cohort "
         "abstains; its devices are tied only when their launch comes before the other "
         "links' taps. HTTP and ENGINE differ only where concurrent requests reorder "
-        "launches. The engine's decision cost grows with the click window: every iOS "
-        "first launch scans the app's whole window (the service also decodes each "
-        "entry from LMDB).",
+        "launches. The ENGINE rows replay the pure decision over a list of the whole "
+        "window (mean window above); the service reads only a launch's candidates "
+        "from the window's cohort and network indexes.",
     ]
     busy = http["client_cpu_seconds"] / http["wall_seconds"] if http["wall_seconds"] else 0.0
     if busy > 0.7:
@@ -234,7 +234,7 @@ def render_memory(d: Mapping[str, Any]) -> str:
     lines += ["", f"Click window: the same app with 0 and with {w['entries']:,} iPhone taps in "
               f"its probabilistic window (written in "
               f"{w['runs']['with']['write_s']:.1f} s), then {w['launches']} iOS first launches "
-              "(each reads the whole window):", ""]
+              "(each reads its candidates from the window's indexes):", ""]
     rows = []
     for label in ("without", "with"):
         r = w["runs"][label]
@@ -248,10 +248,10 @@ def render_memory(d: Mapping[str, Any]) -> str:
     lines += table(["window", "RssAnon idle", "RssFile idle", "RssAnon after launches",
                     "RssFile after launches", "iOS init latency (ms)"], rows)
     lines += ["", "The window lives in LMDB, not in the heap: at rest an entry costs the "
-              "process nothing; an iOS first launch decodes every entry of the window (and "
-              "scans it again to consume the matched tap), so the heap grows while it runs "
-              "and the allocator keeps part of it, and the launch's latency grows with the "
-              "window."]
+              "process nothing. An iOS first launch reads key ranges of the window's cohort "
+              "and network indexes (keys and link ids, nothing decoded) and deletes the "
+              "consumed tap by key, so its latency depends on the taps of its own cohort, "
+              "not on the window's size."]
     return "\n".join(lines)
 
 

@@ -193,9 +193,13 @@ INIT_TARGETS: tuple[Target, ...] = (
 
 SDK_HEADERS = (("content-type", "application/json"), ("x-svc-sdk", "flutter/0.2.0"))
 INSTALLS = 1000
-TOKENS_PER_LOAD_SECOND = 900
-NETWORK_TAPS = 2000
-HANDOFFS_PER_LOAD_SECOND = 1200
+TOKENS_PER_LOAD_SECOND = 2500
+NETWORK_TAPS_PER_LOAD_SECOND = 2000
+HANDOFFS_PER_LOAD_SECOND = 2500
+
+
+def network_taps() -> int:
+    return NETWORK_TAPS_PER_LOAD_SECOND * wrk_mint.load_seconds()
 
 
 def register_installs(base_url: str, pk: str, workdir: Path, count: int = INSTALLS) -> None:
@@ -265,12 +269,13 @@ end
 
 
 def ios_network_prepare(base_url: str, workdir: Path) -> dict[str, str]:
-    """iPhone taps from ``NETWORK_TAPS`` addresses (no country), then launches from
-    those addresses in order: each is tied by its network hash."""
+    """iPhone taps from ``network_taps()`` addresses (no country), then launches
+    from those addresses in order: each is tied by its network hash."""
+    taps = network_taps()
     keys, _ = configure(base_url, workdir, {"probabilisticMatching": True,
                                             "probabilisticIpMatching": True})
     wrk_mint.mint(base_url, _lines_lua("slugs", workdir / "slugs.txt") + wrk_mint.IP_LUA
-                  + wrk_mint.count_lua(NETWORK_TAPS + 1, wrk_mint.done_file(workdir, "taps")) + f"""
+                  + wrk_mint.count_lua(taps + 1, wrk_mint.done_file(workdir, "taps")) + f"""
 wrk.headers["user-agent"] = {lua_string(IOS_UA)}
 local sent = 0
 request = function()
@@ -280,7 +285,7 @@ request = function()
 end
 response = function(status, headers, body) mint_count(status == 302) end
 """, workdir, "taps")
-    (workdir / "minted.txt").write_text(str(NETWORK_TAPS))
+    (workdir / "minted.txt").write_text(str(taps))
     body = ('{"installId":"%s","isFirstLaunch":true,"sdkVersion":"0.2.0",'
             '"platform":"ios","osVersion":"26.1"}')
     (workdir / "init-body.json").write_text(body % "6f1c6b1e-3c1a-4b7e-9d2a-0c5b8f3e2a10")
@@ -395,9 +400,9 @@ DEFERRED_TARGETS: tuple[Target, ...] = (
               "consumed, deterministic install, counters, outbox; durable before the answer)",
               "/v1/sdk/init", android_referrer_prepare, "init-body.json", "init.lua",
               note=coverage("token", "reused a used token (rejected, unattributed)")),
-    _sdk_post("init-ios-network", f"POST /v1/sdk/init, iOS first launch from the address of "
-              f"one of {NETWORK_TAPS:,} earlier iPhone taps (no country): matched by network "
-              "hash, which scans the whole click window (it shrinks by one tap a launch)",
+    _sdk_post("init-ios-network", "POST /v1/sdk/init, iOS first launch from the address of "
+              "one of 2,000 earlier iPhone taps per second of load (no country): matched by "
+              "network hash, an index lookup whatever the window's size",
               "/v1/sdk/init", ios_network_prepare, "init-body.json", "init.lua",
               env=(*ENV, ("SVC_CLIENT_IP_HEADER", "X-Forwarded-For")), extra=(),
               note=coverage("tap", "found no tap from their network (unattributed)")),
