@@ -41,7 +41,7 @@ if __package__ in (None, ""):  # run as `python bench/harness.py`: make `bench` 
 
 import attrs
 
-from bench import extras, report
+from bench import extras, pyspy, report
 from bench.results import PhaseResult, RunRecord, TargetResult, as_json, ratios_for
 from bench.server import (
     BenchFailed,
@@ -58,6 +58,8 @@ from bench.target import Target, fill_optional
 from bench.targets import select
 from bench.wrk import parse_wrk_output, render_lua, wrk_argv
 from bench.wrk_mint import LOAD_SECONDS_ENV
+
+PROFILE_ENV = "SVC_BENCH_PYSPY"
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -143,6 +145,9 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning) -> Target
         wrk_cpus = target.wrk_cpus if pinning.enabled else None
 
         def phase(connections: int, duration_s: int, threads: int, label: str) -> PhaseResult:
+            spy = None
+            if label == "loaded" and os.environ.get(PROFILE_ENV):
+                spy = pyspy.start(server.pid, duration_s, workdir / "profile.txt")
             argv = wrk_argv(
                 url=url,
                 script=str(script),
@@ -151,7 +156,11 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning) -> Target
                 threads=threads,
                 cpus=wrk_cpus,
             )
-            return _measure(server, argv, duration_s, workdir / f"wrk-{label}.txt", connections)
+            result = _measure(server, argv, duration_s, workdir / f"wrk-{label}.txt", connections)
+            if spy is not None:
+                spy.wait(30)
+                print(pyspy.summarize(workdir / "profile.txt"), file=sys.stderr, flush=True)
+            return result
 
         phase(profile.connections, profile.warmup_s, profile.threads, "warmup")
         loaded = phase(profile.connections, profile.loaded_s, profile.threads, "loaded")
@@ -321,7 +330,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=570, help="refuse runs estimated longer (s)")
     parser.add_argument("--readme", type=Path, default=BENCH_DIR / "README.md")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite the README")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy the loaded phase (bench/out/<target>/profile.txt); "
+                        "implies --no-readme")
     args = parser.parse_args(argv)
+    if args.profile:
+        os.environ[PROFILE_ENV] = "1"
+        args.no_readme = True
 
     profile = QUICK if args.quick else FULL
     try:

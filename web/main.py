@@ -99,6 +99,7 @@ async def serve(config: Config, *, clock: Clock | None = None, bootstrap: bool =
     finally:
         store.close()
         log.info("stopped; data is closed")
+        logs.flush_access()
 
 
 async def _serve_with_store(config: Config, store: LmdbStore, clock: Clock, bootstrap: bool,
@@ -120,6 +121,7 @@ async def _serve_with_store(config: Config, store: LmdbStore, clock: Clock, boot
         useragent.prepare()  # compile the parser and bot tables before the first tap
         _tune_gc()
         nursery.start_soon(_wait_for_signal, stop)
+        nursery.start_soon(logs.flush_periodically)
         async with trio.open_nursery() as http:
             binds = await http.start(_serve_http, front, config, stop)
             print(f"svc: listening on {' '.join(binds)}", flush=True)
