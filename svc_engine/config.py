@@ -63,6 +63,8 @@ SETTINGS: tuple[Setting, ...] = (
             "largest request body accepted (larger: 413)"),
     Setting("max_in_flight", "SVC_MAX_IN_FLIGHT", 512, int,
             "requests handled at once; beyond it requests get a quick 503"),
+    Setting("max_lag_ms", "SVC_MAX_LAG_MS", 50, int,
+            "event-loop delay (ms) past which new requests get a quick 503 (overload); 0 disables"),
     Setting("max_connections", "SVC_MAX_CONNECTIONS", 1024, int,
             "open connections at once; beyond it a connection gets 503 and is closed"),
     Setting("body_timeout_s", "SVC_BODY_TIMEOUT", 30, int,
@@ -106,6 +108,7 @@ class Config:
     map_size: int = 8 << 30
     max_body_bytes: int = 1 << 20
     max_in_flight: int = 512
+    max_lag_ms: int = 50
     max_connections: int = 1024
     body_timeout_s: int = 30
     rate_limit_per_client: int = 300

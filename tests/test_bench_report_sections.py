@@ -94,18 +94,18 @@ def test_attribution_section_has_rates_and_every_flow() -> None:
 
 
 def test_overload_section_counts_refusals() -> None:
-    row = {"variant": "low", "max_in_flight": 64, "connections": 256, "requests": 1000,
+    row = {"variant": "tight", "max_lag_ms": 25, "connections": 256, "requests": 1000,
            "duration_s": 4.0, "rps": 250.0, "goodput_rps": 200.0, "p50_ms": 5.0,
            "p99_ms": 120.0, "percentiles_ms": {"p99.9": 300.0}, "status_503": 200,
            "socket_errors": 0, "cpu_us_per_request": 700.0, "other_load": 0.0,
            "wrk": "wrk", "stopped_cleanly": True}
     data = {"started_at": "t", "command": "c", "profile": "p", "pinning": "pinned",
             "path": "redirect-desktop", "rows": [{**row, "variant": "default",
-                                                  "max_in_flight": 512}, row],
+                                                  "max_lag_ms": 50}, row],
             "elapsed_s": 9.0}
     text = S.render("overload", data)
-    assert "SVC_MAX_IN_FLIGHT=512 (default)" in text and "SVC_MAX_IN_FLIGHT=64 |" in text
-    assert "200 of 1,000" in text and "120 ms" in text
+    assert "SVC_MAX_LAG_MS=50 (default)" in text and "SVC_MAX_LAG_MS=25 |" in text
+    assert "200 of 1,000" in text and "120 ms" in text and "20% of the answers" in text
 
 
 def test_scale_memory_and_webhooks_sections_render() -> None:

@@ -413,3 +413,32 @@ async def test_tls_keep_alive(nursery: trio.Nursery, tmp_path: Any) -> None:
     assert app.scopes[0]["scheme"] == "https"
     await trio.aclose_forcefully(c.stream)
     nursery.cancel_scope.cancel()
+
+
+def test_the_smoothed_loop_delay_decides_shedding() -> None:
+    server = HttpServer(App(), ServerSettings(host="127.0.0.1", port=0, max_lag_s=0.05))
+    server.observe_lag(0.2)  # one pause of the process: not yet overload
+    assert not server.shedding and server.lag_s == pytest.approx(0.05)
+    for _ in range(5):
+        server.observe_lag(0.2)
+    assert server.shedding
+    for _ in range(12):
+        server.observe_lag(0.0)
+    assert not server.shedding
+
+
+async def test_while_shedding_requests_get_a_quick_503_on_a_kept_connection(
+        served: Any) -> None:
+    app, server, connect, _ = served
+    server.shedding = True
+    c = await connect()
+    await c.stream.send_all(get("/x") + get("/y", method=b"HEAD"))
+    head, body = await c.response()
+    assert head.status_code == 503 and dict(head.headers)[b"retry-after"] == b"1"
+    assert b"overloaded" in body
+    head, body = await c.response(head_only=True)
+    assert head.status_code == 503
+    assert app.scopes == [] and server.shed == 2
+    server.shedding = False
+    await c.stream.send_all(get("/z"))
+    assert (await c.response())[1] == b"path=/z query="

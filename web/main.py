@@ -64,6 +64,7 @@ def server_settings(config: Config) -> ServerSettings:
     tls = bool(config.certfile and config.keyfile)
     return ServerSettings(host=config.host, port=config.port,
                           max_connections=config.max_connections,
+                          max_lag_s=config.max_lag_ms / 1000,
                           keep_alive_s=5.0, max_header_bytes=16 * 1024,
                           shutdown_grace_s=float(config.shutdown_grace_s),
                           certfile=config.certfile if tls else None,

@@ -26,6 +26,14 @@ Theory of operation, per connection:
    close, the connection closes (after a bounded drain); otherwise the next
    request is read from the same connection.
 
+Overload: a watchdog task sleeps ``LAG_PROBE_S`` at a time and measures how
+late it wakes up. That delay is how long every runnable task waits for its
+turn, the queue in front of the application (a request passes through it
+several times). While its moving average exceeds ``max_lag_s`` new requests are answered at
+once with ``503 overloaded`` and ``Retry-After: 1`` (a few microseconds each,
+the connection kept), so the work admitted shrinks until the delay is back
+under the limit, instead of every request queueing for seconds.
+
 Shutdown: listeners close at once, idle connections close, busy ones finish
 their current response (marked ``connection: close``) within the grace
 period, after which they are cancelled.
@@ -34,6 +42,7 @@ period, after which they are cancelled.
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -66,6 +75,7 @@ class ServerSettings:
     max_connections: int = 1024
     keep_alive_s: float = 5.0
     max_header_bytes: int = 16 * 1024
+    max_lag_s: float = 0.0
     shutdown_grace_s: float = 10.0
     certfile: str | None = None
     keyfile: str | None = None
@@ -87,6 +97,14 @@ def refusal(status: int, code: str, message: str, *, retry_after: bool = False) 
 
 _OVER_CAPACITY = refusal(503, "overloaded", "too many connections; retry shortly",
                          retry_after=True)
+_SHED_BODY = orjson.dumps({"error": {"code": "overloaded",
+                                     "message": "the service is at capacity; retry shortly"}})
+_SHED = h11.Response(status_code=503, reason=b"Service Unavailable",
+                     headers=[(b"content-type", b"application/json"), (b"retry-after", b"1"),
+                              (b"content-length", str(len(_SHED_BODY)).encode())])
+LAG_PROBE_S = 0.005
+LAG_WEIGHT = 0.25
+LAG_REPORT_S = 10.0
 
 
 class _Date:
@@ -110,6 +128,9 @@ class HttpServer:
         self.settings = settings
         self.limiter = trio.CapacityLimiter(settings.max_connections)
         self.refused = 0
+        self.shed = 0
+        self.shedding = False
+        self.lag_s = 0.0
         self.closing = False
         self.connections: set[_Connection] = set()
         self.date = _Date()
@@ -125,6 +146,8 @@ class HttpServer:
             async with trio.open_nursery() as acceptors:
                 for listener in listeners:
                     acceptors.start_soon(self._accept, listener, connections)
+                if s.max_lag_s > 0:
+                    acceptors.start_soon(self._watch_lag)
                 task_status.started(binds)
                 await stop.wait()
                 acceptors.cancel_scope.cancel()
@@ -132,15 +155,47 @@ class HttpServer:
             connections.cancel_scope.deadline = trio.current_time() + s.shutdown_grace_s
 
     async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        """Accept every connection waiting, then wait for the socket to be
+        readable again. (``listener.accept()`` takes one connection per turn
+        of the event loop: under load, with hundreds of tasks runnable, a
+        burst of new connections was admitted over seconds.)"""
         async with listener:
+            sock = listener.socket
             while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as e:  # out of file descriptors and the like: wait, retry
-                    log.error("accept failed: %s", e)
-                    await trio.sleep(0.1)
-                    continue
-                nursery.start_soon(self._connection, stream)
+                await trio.lowlevel.wait_readable(sock)
+                while True:
+                    try:
+                        raw, _ = sock._sock.accept()  # type: ignore[attr-defined]
+                    except BlockingIOError:
+                        break
+                    except OSError as e:  # out of file descriptors and the like: wait, retry
+                        log.error("accept failed: %s", e)
+                        await trio.sleep(0.1)
+                        break
+                    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    stream = trio.SocketStream(trio.socket.from_stdlib_socket(raw))
+                    nursery.start_soon(self._connection, stream)
+
+    async def _watch_lag(self) -> None:
+        reported_at, reported = trio.current_time(), 0
+        while True:
+            before = trio.current_time()
+            await trio.sleep(LAG_PROBE_S)
+            now = trio.current_time()
+            self.observe_lag(now - before - LAG_PROBE_S)
+            if now - reported_at >= LAG_REPORT_S:
+                if self.shed > reported:
+                    log.warning("overloaded: %d requests answered 503 in the last %.0f s "
+                                "(event-loop delay over %.0f ms)", self.shed - reported,
+                                now - reported_at, self.settings.max_lag_s * 1000)
+                reported_at, reported = now, self.shed
+
+    def observe_lag(self, sample_s: float) -> None:
+        """Fold one probe's lateness into the smoothed delay (a moving average
+        over about ``1 / LAG_WEIGHT`` probes, so one pause of the process does
+        not refuse anyone) and decide whether new requests are refused."""
+        self.lag_s += (max(0.0, sample_s) - self.lag_s) * LAG_WEIGHT
+        self.shedding = self.lag_s > self.settings.max_lag_s
 
     def _begin_shutdown(self) -> None:
         self.closing = True
@@ -249,7 +304,10 @@ class _Connection:
                 await self._reject(h11.RemoteProtocolError("head too large",
                                                            error_status_hint=431))
                 return
-            if not await self._respond(event):
+            if server.shedding:
+                if not await self._shed(event.method == b"HEAD"):
+                    return
+            elif not await self._respond(event):
                 return
             conn = self.h11
             if conn.their_state is h11.SEND_BODY:
@@ -276,6 +334,18 @@ class _Connection:
         else:
             answer = refusal(400, "bad_request", "malformed HTTP request")
         await _refuse(self.stream, answer)
+
+    async def _shed(self, head: bool) -> bool:
+        self.server.shed += 1
+        conn = self.h11
+        try:
+            out = conn.send(_SHED)
+            if not head:
+                out += conn.send(h11.Data(data=_SHED_BODY))
+            await self.stream.send_all(out + conn.send(h11.EndOfMessage()))
+        except (*_CLOSED, h11.LocalProtocolError):
+            return False
+        return True
 
     async def _respond(self, request: h11.Request) -> bool:
         """Run the application for one request; False when the connection
@@ -332,6 +402,8 @@ class _Connection:
 
     async def _receive(self) -> Message:
         if self.body_done:  # a framework watching for the client to go away
+            if self.complete:
+                return {"type": "http.disconnect"}
             if self.response_sent is None:
                 self.response_sent = trio.Event()
             await self.response_sent.wait()
