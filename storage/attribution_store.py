@@ -109,6 +109,11 @@ class AttributionStore:
         with self.store.read() as txn:
             return self.click_window.entries(txn, project_id, mode, since_ms)
 
+    def newest_in_window(self, project_id: str, mode: str, since_ms: int,
+                         limit: int) -> list[ClickWindowEntry]:
+        with self.store.read() as txn:
+            return self.click_window.newest(txn, project_id, mode, since_ms, limit)
+
     def decision(self, project_id: str, mode: str, install_id: str) -> DecisionRecord | None:
         with self.store.read() as txn:
             raw = txn.get(_install_key(project_id, mode, install_id),

@@ -89,6 +89,24 @@ class ClickWindow:
             ok = cur.next()
         return out
 
+    def newest(self, txn: lmdb.Transaction, project_id: str, mode: str, since_ms: int,
+               limit: int) -> list[ClickWindowEntry]:
+        """At most ``limit`` entries from ``since_ms`` on, newest first, read
+        backwards from the end of the project's range (the debugger's list)."""
+        scope = layout.scope(project_id, mode)
+        cur = txn.cursor(db=self._entries)
+        ok = cur.prev() if cur.set_range(scope + b"\xff" * 25) else cur.last()
+        out: list[ClickWindowEntry] = []
+        while ok and len(out) < limit:
+            if not bytes(cur.key()).startswith(scope):
+                break
+            entry = decode(ClickWindowEntry, bytes(cur.value()))
+            if entry.at_ms < since_ms:
+                break
+            out.append(entry)
+            ok = cur.prev()
+        return out
+
     # -- a launch -------------------------------------------------------------------
 
     def candidates(self, txn: lmdb.Transaction, project_id: str, launch: LaunchFacts,

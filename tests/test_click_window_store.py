@@ -192,6 +192,24 @@ def test_sweep_deletes_old_taps_from_every_index(store: LmdbStore) -> None:
         txn.abort()
 
 
+def test_newest_reads_backwards_within_the_scope_and_the_window(store: LmdbStore) -> None:
+    window = ClickWindow(store)
+    mine = [tap(n, ago=n * MIN) for n in range(1, 8)]
+    others = [tap(20, ago=MIN, mode=Mode.TEST)]
+    txn = store.env.begin(write=True)
+    try:
+        for e in mine + others:
+            window.put(txn, PROJECT, e)
+        window.put(txn, OTHER_PROJECT, tap(30, ago=0))
+        newest = window.newest(txn, PROJECT, "live", NOW - 5 * MIN, limit=3)
+        assert [e.click_id for e in newest] == [click_id(1), click_id(2), click_id(3)]
+        since = window.newest(txn, PROJECT, "live", NOW - 4 * MIN, limit=10)
+        assert [e.click_id for e in since] == [click_id(n) for n in (1, 2, 3, 4)]
+        assert window.newest(txn, OTHER_PROJECT, "test", 0, limit=5) == []
+    finally:
+        txn.abort()
+
+
 # --- cost: a launch reads its candidates, not the window ------------------------------------
 
 

@@ -162,8 +162,8 @@ async def test_counter_increments_coalesce_and_abort_with_their_op(store: LmdbSt
     assert raw is not None and counters.read_value(bytes(raw)) == 2
     await store.write(good)  # and outside a shared batch too
     with store.read() as txn:
-        assert counters.read_value(bytes(txn.get(counters.counter_key(pid, "live", key),
-                                                 db=db))) == 3
+        raw = txn.get(counters.counter_key(pid, "live", key), db=db)
+        assert raw is not None and counters.read_value(bytes(raw)) == 3
 
 
 async def test_decode_cache_follows_the_stored_bytes(store: LmdbStore) -> None:

@@ -180,10 +180,9 @@ def register(dash: Dashboard) -> None:
                    decision_link=link_of(decision.link_id, cache)
                    if decision is not None and decision.link_id else None)
         if settings.probabilistic_matching:
-            entries = services.attribution.window(pid, viewer.mode.value,
-                                                  now_ms - settings.window_ms)
-            out["window"] = [(e, link_of(e.link_id, cache))
-                             for e in sorted(entries, key=lambda e: -e.at_ms)[:WINDOW_SHOWN]]
+            entries = services.attribution.newest_in_window(
+                pid, viewer.mode.value, now_ms - settings.window_ms, WINDOW_SHOWN)
+            out["window"] = [(e, link_of(e.link_id, cache)) for e in entries]
         return out
 
     @dash.page("/dashboard/build/debugger/simulate", Action.DEBUGGER_VIEW,
