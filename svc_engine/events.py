@@ -35,8 +35,8 @@ from typing import Any, Protocol, TypeVar
 import attrs
 
 from svc_engine.decode import RecordError, opt_str, req_int, req_str
+from svc_engine.event_batch import EventInput
 from svc_engine.keys import Mode
-from svc_engine.sdk_requests import EventInput
 
 PROJECT_SCOPE = "*"
 REVENUE_MAX = decimal.Decimal(10) ** 12
@@ -172,7 +172,14 @@ def install_keys(*, link_id: str | None, at_ms: int, platform: str, confidence: 
 
 
 def conversion_keys(event: SdkEvent) -> tuple[CounterKey, ...]:
-    return _keys(Metric.CONVERSIONS, event.link_id, event.occurred_at_ms, [("name", event.name)])
+    return conversion_counter_keys(link_id=event.link_id, at_ms=event.occurred_at_ms,
+                                   name=event.name)
+
+
+def conversion_counter_keys(*, link_id: str | None, at_ms: int,
+                            name: str) -> tuple[CounterKey, ...]:
+    """The counters of a conversion of ``name`` that occurred at ``at_ms``."""
+    return _keys(Metric.CONVERSIONS, link_id, at_ms, [("name", name)])
 
 
 def revenue_keys(event: SdkEvent) -> tuple[tuple[CounterKey, ...], decimal.Decimal] | None:
@@ -182,6 +189,12 @@ def revenue_keys(event: SdkEvent) -> tuple[tuple[CounterKey, ...], decimal.Decim
     if found is None:
         return None
     currency, amount = found
-    keys = tuple(k for k in _keys(Metric.REVENUE, event.link_id, event.occurred_at_ms,
-                                  [("currency", currency)]) if k[3] == "currency")
-    return keys, amount
+    return revenue_counter_keys(link_id=event.link_id, at_ms=event.occurred_at_ms,
+                                currency=currency), amount
+
+
+def revenue_counter_keys(*, link_id: str | None, at_ms: int,
+                         currency: str) -> tuple[CounterKey, ...]:
+    """The revenue totals in ``currency`` that a conversion at ``at_ms`` adds to."""
+    return tuple(k for k in _keys(Metric.REVENUE, link_id, at_ms, [("currency", currency)])
+                 if k[3] == "currency")

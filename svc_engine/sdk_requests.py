@@ -22,25 +22,18 @@ Decisions where SPEC.md is silent:
   other string becomes ``other``.
 - Strings have caps: ``sdkVersion`` 1..64, ``osVersion`` up to 64,
   ``installReferrer`` up to 4096, ``url`` 1..2048 characters.
-- Events: ``properties`` absent or ``null`` is ``{}``; it must be a JSON object
-  of at most 8 KiB (compact UTF-8 JSON) nested at most 8 levels (the object
-  itself is level 1); non-finite numbers are refused. ``occurredAt`` is
-  RFC 3339 (``T`` separator, seconds required, ``Z`` or ``+hh:mm`` offset,
-  up to 9 fraction digits, truncated to milliseconds) and not before 1970.
-  An ``occurredAt`` later than the time the batch arrives is clamped to that
-  time: an event cannot have happened after it was received, and refusing it
-  would make the SDK drop the whole batch for one bad device clock.
-  Duplicate ids inside a batch are accepted here and removed by
-  ``svc_engine.events.split_duplicates``.
+- ``occurredAt`` and other date-times: RFC 3339 (``T`` separator, seconds
+  required, ``Z`` or ``+hh:mm`` offset, up to 9 fraction digits, truncated to
+  milliseconds), see :func:`parse_timestamp_ms`. The events batch and its
+  rules are in ``svc_engine.event_batch``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Final
 
 import attrs
@@ -48,10 +41,6 @@ import attrs
 from svc_engine.errors import ValidationError
 from svc_engine.ids import is_uuid
 
-MAX_EVENTS_PER_BATCH: Final = 100
-EVENT_NAME_MAX: Final = 100
-PROPERTIES_MAX_BYTES: Final = 8 * 1024
-PROPERTIES_MAX_DEPTH: Final = 8
 USER_ID_MAX: Final = 256
 HANDOFF_MAX_SECONDS: Final = 7 * 24 * 3600
 SDK_VERSION_MAX: Final = 64
@@ -64,7 +53,6 @@ _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
     r"(?:([Zz])|([+-])(\d{2}):(\d{2}))", re.A)
 _FIRST_NUMBER = re.compile(r"\d+", re.A)
-_CONTAINERS = (dict, list)
 _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 
 
@@ -136,36 +124,17 @@ class ClaimRequest:
     install_id: str
 
 
-@attrs.frozen
-class EventInput:
-    """One custom event as the SDK sent it (validated, not yet stored)."""
-
-    id: str
-    name: str
-    properties: dict[str, object]
-    link_id: str | None
-    occurred_at_ms: int
-
-
-@attrs.frozen
-class EventsBatch:
-    """``POST /v1/sdk/events``."""
-
-    install_id: str
-    events: tuple[EventInput, ...]
-
-
 # --- public parsers --------------------------------------------------------------------
 
 
 def parse_init(body: object) -> InitRequest:
-    m = _object(body)
+    m = json_object(body)
     platform = m.get("platform")
     if not isinstance(platform, str):
         raise ValidationError("platform: must be a string", field="platform")
     normalised = platform.strip().lower()
     return InitRequest(
-        install_id=_uuid4(m, "installId"),
+        install_id=uuid4_field(m, "installId"),
         is_first_launch=_req_bool(m, "isFirstLaunch"),
         sdk_version=_req_str(m, "sdkVersion", "sdkVersion", 1, SDK_VERSION_MAX),
         platform=normalised if normalised in ("ios", "android") else "other",
@@ -175,22 +144,22 @@ def parse_init(body: object) -> InitRequest:
 
 
 def parse_resolve(body: object) -> ResolveRequest:
-    m = _object(body)
+    m = json_object(body)
     url = _req_str(m, "url", "url", 1, URL_MAX)
     parts = _split(url)
     if parts is None or not parts.scheme:
         raise ValidationError("url: must be an absolute URL", field="url")
-    return ResolveRequest(url=url, install_id=_uuid4(m, "installId"))
+    return ResolveRequest(url=url, install_id=uuid4_field(m, "installId"))
 
 
 def parse_claim(body: object) -> ClaimRequest:
-    m = _object(body)
-    return ClaimRequest(user_id=_user_id(m), install_id=_uuid4(m, "installId"))
+    m = json_object(body)
+    return ClaimRequest(user_id=_user_id(m), install_id=uuid4_field(m, "installId"))
 
 
 def parse_handoff_create(body: object, *, web_fallback_tokens: bool) -> HandoffCreateRequest:
     """Parse ``POST /v1/handoffs``; ``svcToken`` needs the ``webFallbackTokens`` setting."""
-    m = _object(body)
+    m = json_object(body)
     known = ("linkId", "url", "svcToken", "userId", "expiresInSeconds")
     for key in m:
         if key not in known:
@@ -229,23 +198,6 @@ def check_expires_in_seconds(value: object) -> int:
             f"expiresInSeconds: must be a whole number from 1 to {HANDOFF_MAX_SECONDS}",
             field="expiresInSeconds")
     return value
-
-
-def parse_events_batch(body: object, *, now_ms: int,
-                       encode_json: Callable[[object], bytes] | None = None) -> EventsBatch:
-    """``encode_json`` measures ``properties`` (default: the standard library's
-    compact UTF-8 JSON); the web layer passes a faster encoder with the same
-    output shape. It must raise TypeError or ValueError for what JSON cannot hold."""
-    m = _object(body)
-    install_id = _uuid4(m, "installId")
-    raw = m.get("events")
-    if not isinstance(raw, list):
-        raise ValidationError("events: must be a list of events", field="events")
-    if not 1 <= len(raw) <= MAX_EVENTS_PER_BATCH:
-        raise ValidationError(f"events: must hold 1 to {MAX_EVENTS_PER_BATCH} events",
-                              field="events")
-    events = tuple(_event(item, i, now_ms, encode_json) for i, item in enumerate(raw))
-    return EventsBatch(install_id=install_id, events=events)
 
 
 def parse_install_referrer(raw: str) -> str | None:
@@ -318,100 +270,6 @@ def trimmed_user_id(value: object, field: str = "userId") -> str:
 # --- pieces ----------------------------------------------------------------------------
 
 
-def _event(item: object, index: int, now_ms: int,
-           encode_json: Callable[[object], bytes] | None) -> EventInput:
-    # Field names are built only for an error: this runs for every event.
-    if not isinstance(item, dict):
-        raise ValidationError(f"events[{index}]: must be an object", field=f"events[{index}]")
-    event_id = item.get("id")
-    if event_id is None:
-        raise ValidationError(f"events[{index}].id: required", field=f"events[{index}].id")
-    if not isinstance(event_id, str) or not is_uuid(event_id):
-        raise ValidationError(f"events[{index}].id: must be a UUID", field=f"events[{index}].id")
-    name = item.get("name")
-    if not isinstance(name, str):
-        raise ValidationError(f"events[{index}].name: must be a string",
-                              field=f"events[{index}].name")
-    if not 1 <= len(name) <= EVENT_NAME_MAX:
-        raise ValidationError(f"events[{index}].name: must be 1 to {EVENT_NAME_MAX} characters",
-                              field=f"events[{index}].name")
-    properties = item.get("properties")
-    if properties is None:
-        properties = {}
-    elif not _properties_ok(properties, encode_json):
-        _check_properties(properties, f"events[{index}].properties", encode_json)
-    occurred = item.get("occurredAt")
-    occurred_ms = parse_timestamp_ms(occurred) if isinstance(occurred, str) else None
-    if occurred_ms is None:
-        field = f"events[{index}].occurredAt"
-        if not isinstance(occurred, str):
-            raise ValidationError(f"{field}: must be an RFC 3339 date-time string", field=field)
-        raise ValidationError(
-            f"{field}: must be an RFC 3339 date-time with seconds and a Z or +hh:mm offset, "
-            "not before 1970", field=field)
-    link_id = item.get("linkId")
-    if link_id is not None:
-        if not isinstance(link_id, str) or not is_uuid(link_id):
-            raise ValidationError(f"events[{index}].linkId: must be a UUID",
-                                  field=f"events[{index}].linkId")
-        link_id = link_id.lower()
-    return EventInput(id=event_id.lower(), name=name, properties=properties, link_id=link_id,
-                      occurred_at_ms=min(occurred_ms, now_ms))
-
-
-def _properties_ok(value: object, encode_json: Callable[[object], bytes] | None) -> bool:
-    """The common case of :func:`_check_properties`, without building a field name;
-    False means "let ``_check_properties`` find and report the problem"."""
-    if not isinstance(value, dict) or _too_deep(value, PROPERTIES_MAX_DEPTH):
-        return False
-    try:
-        if encode_json is not None:
-            encoded = encode_json(value)
-        else:
-            encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"),
-                                 allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError):
-        return False
-    return len(encoded) <= PROPERTIES_MAX_BYTES
-
-
-def _check_properties(value: object, field: str,
-                      encode_json: Callable[[object], bytes] | None) -> None:
-    if not isinstance(value, dict):
-        raise ValidationError(f"{field}: must be a JSON object", field=field)
-    if _too_deep(value, PROPERTIES_MAX_DEPTH):
-        raise ValidationError(f"{field}: nested deeper than {PROPERTIES_MAX_DEPTH} levels",
-                              field=field)
-    try:
-        if encode_json is not None:
-            encoded = encode_json(value)
-        else:
-            encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"),
-                                 allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"{field}: not encodable as JSON", field=field) from exc
-    if len(encoded) > PROPERTIES_MAX_BYTES:
-        raise ValidationError(f"{field}: larger than {PROPERTIES_MAX_BYTES} bytes as JSON",
-                              field=field)
-
-
-def _too_deep(value: object, levels: int) -> bool:
-    """Whether containers nest more than ``levels`` deep in ``value``; never recurses
-    further than ``levels + 1``, so a hostile body cannot exhaust the stack."""
-    if isinstance(value, dict):
-        children: Iterable[object] = value.values()
-    elif isinstance(value, list):
-        children = value
-    else:
-        return False
-    if levels == 0:
-        return True
-    for child in children:  # a loop, not any(): this runs for every event
-        if isinstance(child, _CONTAINERS) and _too_deep(child, levels - 1):
-            return True
-    return False
-
-
 def _split(url: str) -> urllib.parse.SplitResult | None:
     try:
         return urllib.parse.urlsplit(url)
@@ -419,7 +277,8 @@ def _split(url: str) -> urllib.parse.SplitResult | None:
         return None
 
 
-def _object(body: object) -> Mapping[str, object]:
+def json_object(body: object) -> Mapping[str, object]:
+    """The body as a JSON object, or a 400."""
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object")
     return body
@@ -456,7 +315,8 @@ def _opt_uuid(m: Mapping[str, object], key: str, field: str) -> str | None:
     return value.lower()
 
 
-def _uuid4(m: Mapping[str, object], key: str) -> str:
+def uuid4_field(m: Mapping[str, object], key: str) -> str:
+    """``m[key]`` as a lower-case UUID v4, or a 400 naming ``key``."""
     value = m.get(key)
     if not isinstance(value, str) or not is_uuid(value, v4=True):
         raise ValidationError(f"{key}: must be a UUID v4", field=key)

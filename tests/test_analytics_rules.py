@@ -182,7 +182,7 @@ currencies = st.one_of(st.sampled_from(["USD", "EUR", "usd", "US", ""]), st.inte
 
 @given(st.lists(st.tuples(currencies, amounts), max_size=30))
 def test_remembered_revenue_matches_the_rule(pairs: list[tuple[object, object]]) -> None:
-    from storage.events_store import _revenue
+    from storage.event_records import _revenue
     from svc_engine.events import revenue
 
     for currency, amount in pairs * 2:  # the second pass is answered from memory

@@ -274,10 +274,11 @@ async def test_revenue_per_currency_and_link_scope(ev: Events) -> None:
 async def test_outbox_gets_a_conversion_per_new_event_when_an_endpoint_exists(
         store: Any) -> None:
     from storage import layout
-    from storage.events_store import EventsStore, NewEvent
+    from storage.event_records import NewEvents, encode_all
+    from storage.events_store import EventsStore
+    from svc_engine.event_batch import parse_event_rows
     from svc_engine.installs import Install
     from svc_engine.keys import Mode
-    from svc_engine.sdk_requests import parse_events_batch
 
     project, iid = str(uuid.uuid4()), new_install()
     install = Install(install_id=iid, project_id=project, mode=Mode.LIVE, platform="ios",
@@ -289,11 +290,11 @@ async def test_outbox_gets_a_conversion_per_new_event_when_an_endpoint_exists(
     events = EventsStore(store)
 
     async def send(items: list[dict[str, Any]]) -> Any:
-        batch = parse_events_batch({"installId": iid, "events": items}, now_ms=10**13)
-        new = [NewEvent.of(e, occurred_at=raw["occurredAt"])
-               for e, raw in zip(batch.events, items, strict=True)]
+        rows = parse_event_rows({"installId": iid, "events": items}, now_ms=10**13,
+                                encode_all=encode_all)
+        new = NewEvents.of(rows, received_at_ms=10**13)
         return await events.record_batch(project_id=project, mode=Mode.LIVE, install_id=iid,
-                                         events=new, received_at_ms=10**13, idem=None)
+                                         events=new, idem=None)
 
     first = await send([event("a")])
     assert first.accepted == 1 and not first.published and store.read_outbox() == []

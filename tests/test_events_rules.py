@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from svc_engine.decode import RecordError
+from svc_engine.event_batch import parse_events_batch
 from svc_engine.events import (
     PROJECT_SCOPE,
     SdkEvent,
@@ -25,7 +26,6 @@ from svc_engine.events import (
     utc_day,
 )
 from svc_engine.keys import Mode
-from svc_engine.sdk_requests import parse_events_batch
 
 INSTALL = "3f2b8c1e-9d4a-4b6e-8f00-1234567890ab"
 LINK = "aaaaaaaa-0000-4000-8000-000000000001"

@@ -11,13 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from svc_engine.errors import ValidationError
+from svc_engine.event_batch import parse_events_batch
 from svc_engine.sdk_requests import (
     HANDOFF_MAX_SECONDS,
     ClaimRequest,
     InitRequest,
     os_major,
     parse_claim,
-    parse_events_batch,
     parse_handoff_create,
     parse_init,
     parse_install_referrer,

@@ -14,14 +14,17 @@ Benchmark only (``SVC_BENCH_ENDPOINTS=1`` in the environment; never on by defaul
                                  {"accepted": <number of events>}; no key, no storage.
                                  The events benchmark's baseline (bench/events_bench.py).
 
-The events batch is the hot path: the body is decoded once (orjson), validated
-(``parse_events_batch``; the first bad event and field named in a 400), each
-event encoded once as JSON bytes, and the batch stored by one write op
-(storage/events_store.py) whose commit is awaited before the answer, so an
-acknowledged event is durable. A batch is all or nothing: a malformed one
-stores nothing. Events whose ``linkId`` names no link of the project are
-stored and counted as given: the link may have been deleted since the tap,
-and refusing would make the SDK drop the whole batch.
+The events batch is the hot path: the body is decoded once (orjson), checked
+(``svc_engine.event_batch.parse_event_rows``: a column-at-a-time fast check of
+the usual shape, the engine's per-event rules for the rest, the first bad
+event and field named in a 400), made into its stored records
+(``storage.event_records.NewEvents``: the properties of all events encoded by
+one orjson call), and stored by one write op (storage/events_store.py) whose
+commit is awaited before the answer, so an acknowledged event is durable. A
+batch is all or nothing: a malformed one stores nothing. Events whose
+``linkId`` names no link of the project are stored and counted as given: the
+link may have been deleted since the tap, and refusing would make the SDK
+drop the whole batch.
 """
 
 from __future__ import annotations
@@ -32,11 +35,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from storage.analytics_store import AnalyticsStore
-from storage.events_store import BatchResult, EventsStore, NewEvent
+from storage.event_records import NewEvents, encode_all
+from storage.events_store import BatchResult, EventsStore
 from svc_engine.analytics import MAX_RANGE_DAYS, DayRange, parse_day_range
 from svc_engine.errors import InstallNotFound, NotFound, ValidationError
+from svc_engine.event_batch import parse_event_rows
 from svc_engine.ids import is_uuid
-from svc_engine.sdk_requests import parse_events_batch
 from web import export, openapi
 from web.auth import KeyContext
 from web.http import Request, Response, StreamResponse, json_response
@@ -113,14 +117,12 @@ OPENAPI_PATHS: dict[str, dict[str, Any]] = {
 }
 
 
-def validated(data: object, now_ms: int) -> tuple[str, list[NewEvent]]:
+def validated(data: object, now_ms: int) -> tuple[str, NewEvents]:
     """The install id and the events of a batch body (decoded with orjson; the
-    parser bounds the nesting), each encoded for storage; 400 on the first bad
-    event and field."""
-    batch = parse_events_batch(data, now_ms=now_ms, encode_json=orjson.dumps)
-    assert isinstance(data, dict)  # the parser refuses anything else
-    return batch.install_id, [NewEvent.of(e, occurred_at=raw["occurredAt"])
-                              for e, raw in zip(batch.events, data["events"], strict=True)]
+    checks bound the nesting), ready to store; 400 on the first bad event and
+    field."""
+    rows = parse_event_rows(data, now_ms=now_ms, encode_all=encode_all)
+    return rows.install_id, NewEvents.of(rows, received_at_ms=now_ms)
 
 
 openapi.EXTRA_PATHS.update(OPENAPI_PATHS)  # documented on import, like the webhooks
@@ -141,7 +143,7 @@ def register(api: Api) -> None:
         body = await req.body(api.max_body)
         now = services.clock.now_ms()
         # The decoded body is not kept in this frame: it is freed before the
-        # write waits for its commit (see storage.events_store.NewEvent).
+        # write waits for its commit (see storage.event_records.NewEvents).
         install_id, new = validated(await req.json(api.max_body, depth_checked=False), now)
         if not events.has_install(ctx.project.id, ctx.mode, install_id):
             raise InstallNotFound("this install has not reported a launch; "
@@ -150,7 +152,7 @@ def register(api: Api) -> None:
         async def run(slot: IdemSlot) -> Response:
             result = await events.record_batch(
                 project_id=ctx.project.id, mode=ctx.mode, install_id=install_id,
-                events=new, received_at_ms=now, idem=slot.write(lambda v: ok(batch_json(v))))
+                events=new, idem=slot.write(lambda v: ok(batch_json(v))))
             if result.published:
                 services.outbox_wakeup.notify()
             return json_response(200, result.to_json())

@@ -1,0 +1,417 @@
+"""The events batch of ``POST /v1/sdk/events``: its rules, and a fast check of
+the common shape that gives exactly the same answers.
+
+Rules (SPEC.md "SDK event", "Limits"; decisions where it is silent):
+
+- the body is ``{"installId": UUID v4, "events": [1 to 100 events]}``;
+  unknown fields are ignored, JSON types are strict, ``null`` means absent;
+- ``id``: a UUID of any version, hex digits in either case, kept in lower case;
+- ``name``: a string of 1 to 100 characters;
+- ``properties``: absent or ``null`` is ``{}``; otherwise a JSON object of at
+  most 8 KiB as compact UTF-8 JSON, nested at most 8 levels (the object itself
+  is level 1); what the encoder refuses (non-finite numbers for the standard
+  library's) is refused;
+- ``linkId``: absent, ``null`` or a UUID (lower-cased);
+- ``occurredAt``: RFC 3339 (see ``sdk_requests.parse_timestamp_ms``), not
+  before 1970; a time later than the batch's arrival is clamped to it (an
+  event cannot have happened after it was received, and refusing it would
+  make the SDK drop the whole batch for one bad device clock);
+- duplicate ids inside a batch are accepted here and removed when stored
+  (``svc_engine.events.split_duplicates``).
+
+An error names the first bad event and field: ``events[3].name``, with a
+message that starts with it.
+
+Theory of operation. A batch holds up to 100 events and may arrive a
+thousand times a second, so its check exists twice over the same rules:
+
+- :func:`_event` checks one event at a time, field by field in rule order,
+  and raises the first error. It is the reference, and the only code here
+  that builds an error.
+- :func:`_fast_rows` checks the batch a column at a time with work done in C:
+  every id against one regular expression over the ids joined by newlines,
+  the names by their shortest and longest lengths, all properties with one
+  encoder call (nesting bounded by counting ``{`` and ``[`` in the encoded
+  text), timestamps of the usual ``...THH:MM:SS[.fff]Z`` shape by a per-second
+  memo of the reference parser. It returns exactly the rows the reference
+  would, or None when it cannot vouch for the batch; then the reference runs
+  and finds the error (or accepts a shape the fast check does not know).
+
+tests/test_event_batch.py holds the two to the same answers over generated
+batches.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import operator
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+import attrs
+
+from svc_engine.errors import ValidationError
+from svc_engine.ids import is_uuid
+from svc_engine.sdk_requests import json_object, parse_timestamp_ms, uuid4_field
+
+MAX_EVENTS_PER_BATCH: Final = 100
+EVENT_NAME_MAX: Final = 100
+PROPERTIES_MAX_BYTES: Final = 8 * 1024
+PROPERTIES_MAX_DEPTH: Final = 8
+
+EncodeAll = Callable[[Sequence[object]], list[bytes]]
+"""Encodes each value as compact UTF-8 JSON, one result per value; raises
+TypeError or ValueError for what JSON cannot hold."""
+
+_ZULU = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z"
+_ZULU_LINES = re.compile(f"{_ZULU}(?:\n{_ZULU})*", re.A)
+_FIELDS = operator.itemgetter("id", "name", "properties", "linkId", "occurredAt")
+_TO_SECOND = operator.itemgetter(slice(0, 19))
+_DOT_MILLI_DIGITS = operator.itemgetter(slice(19, 23))
+_MORE_DIGITS = operator.itemgetter(slice(23, -1))
+_LAST = operator.itemgetter(-1)
+_MILLIS = {f".{i:03d}": i for i in range(1000)}
+_ONLY_Z = frozenset({"Z"})
+_CONTAINERS = (dict, list)
+_ONLY_DICT = frozenset({dict})
+_ONLY_STR = frozenset({str})
+_ONLY_NONE = frozenset({type(None)})
+_ONLY_36 = frozenset({36})
+
+
+def encode_all_stdlib(values: Sequence[object]) -> list[bytes]:
+    """The default :data:`EncodeAll`: the standard library's compact JSON."""
+    return [json.dumps(v, ensure_ascii=False, separators=(",", ":"),
+                       allow_nan=False).encode("utf-8") for v in values]
+
+
+@attrs.frozen
+class EventInput:
+    """One custom event as the SDK sent it (validated, not yet stored)."""
+
+    id: str
+    name: str
+    properties: dict[str, object]
+    link_id: str | None
+    occurred_at_ms: int
+
+
+@attrs.frozen
+class EventsBatch:
+    """``POST /v1/sdk/events``, one record per event."""
+
+    install_id: str
+    events: tuple[EventInput, ...]
+
+
+@attrs.frozen
+class EventRows:
+    """A validated batch as columns: item ``i`` of every field is event ``i``.
+
+    One record per batch, not per event: the hot path never builds a record
+    per event. ``properties_json`` is each ``properties`` as the encoder gave
+    it (what the 8 KiB limit measured), ready to store; ``occurred_at`` is
+    the text the app sent, ``occurred_at_ms`` that time clamped to arrival."""
+
+    install_id: str
+    ids: tuple[str, ...]
+    id_bytes: bytes  # the ids as 16 bytes each, one after the other
+    names: tuple[str, ...]
+    properties: tuple[dict[str, object], ...]
+    properties_json: tuple[bytes, ...]
+    link_ids: tuple[str | None, ...]
+    occurred_at_ms: tuple[int, ...]
+    occurred_at: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def inputs(self) -> tuple[EventInput, ...]:
+        return tuple(EventInput(id=i, name=n, properties=p, link_id=lk, occurred_at_ms=ms)
+                     for i, n, p, lk, ms in zip(self.ids, self.names, self.properties,
+                                                self.link_ids, self.occurred_at_ms,
+                                                strict=True))
+
+
+def parse_event_rows(body: object, *, now_ms: int,
+                     encode_all: EncodeAll = encode_all_stdlib) -> EventRows:
+    """Validate a batch body (whatever the JSON decoder gave); ValidationError
+    names the first bad field. ``encode_all`` measures ``properties`` (the web
+    layer passes a faster encoder with the same output)."""
+    m = json_object(body)
+    install_id = uuid4_field(m, "installId")
+    items = m.get("events")
+    if not isinstance(items, list):
+        raise ValidationError("events: must be a list of events", field="events")
+    if not 1 <= len(items) <= MAX_EVENTS_PER_BATCH:
+        raise ValidationError(f"events: must hold 1 to {MAX_EVENTS_PER_BATCH} events",
+                              field="events")
+    rows = _fast_rows(items, now_ms, encode_all)
+    if rows is None:
+        rows = _reference_rows(items, now_ms, encode_all)
+    return EventRows(install_id, *rows)
+
+
+def parse_events_batch(body: object, *, now_ms: int,
+                       encode_all: EncodeAll = encode_all_stdlib) -> EventsBatch:
+    """:func:`parse_event_rows` as one :class:`EventInput` per event."""
+    rows = parse_event_rows(body, now_ms=now_ms, encode_all=encode_all)
+    return EventsBatch(install_id=rows.install_id, events=rows.inputs())
+
+
+# --- the fast check ----------------------------------------------------------------------
+
+_Rows = tuple[tuple[str, ...], bytes, tuple[str, ...], tuple[dict[str, object], ...],
+              tuple[bytes, ...], tuple[str | None, ...], tuple[int, ...], tuple[str, ...]]
+
+
+def _fast_rows(items: list[Any], now_ms: int, encode_all: EncodeAll) -> _Rows | None:
+    """The rows of a valid batch, exactly as :func:`_reference_rows` gives them,
+    or None: "not sure", never "invalid" (no error is built here)."""
+    n = len(items)
+    if set(map(type, items)) != _ONLY_DICT:
+        return None
+    try:
+        fields = list(map(_FIELDS, items))
+    except KeyError:  # an optional field is absent
+        fields = [(e.get("id"), e.get("name"), e.get("properties"), e.get("linkId"),
+                   e.get("occurredAt")) for e in items]
+    ids, names, properties, link_ids, occurred = zip(*fields, strict=True)
+    checked_ids = _canonical_uuids(ids)
+    if checked_ids is None:
+        return None
+    # names
+    if set(map(type, names)) != _ONLY_STR:
+        return None
+    lengths = set(map(len, names))
+    if min(lengths) < 1 or max(lengths) > EVENT_NAME_MAX:
+        return None
+    # properties
+    if type(None) in set(map(type, properties)):
+        properties = tuple({} if p is None else p for p in properties)
+    if set(map(type, properties)) != _ONLY_DICT:
+        return None
+    try:
+        encoded = encode_all(properties)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if len(encoded) != n or max(map(len, encoded)) > PROPERTIES_MAX_BYTES:
+        return None
+    if not _shallow(properties, encoded):
+        return None
+    # link ids
+    if set(map(type, link_ids)) != _ONLY_NONE:
+        checked: list[str | None] = []
+        for link in link_ids:
+            if link is None:
+                checked.append(None)
+            elif type(link) is str and is_uuid(link):
+                checked.append(link.lower())
+            else:
+                return None
+        link_ids = tuple(checked)
+    # occurredAt
+    if set(map(type, occurred)) != _ONLY_STR:
+        return None
+    times = _times(occurred, now_ms)
+    if times is None:
+        return None
+    return (*checked_ids, names, properties, tuple(encoded), link_ids, times, occurred)
+
+
+def _canonical_uuids(ids: Sequence[Any]) -> tuple[tuple[str, ...], bytes] | None:
+    """The ids in lower case and as bytes if each is a canonical UUID
+    (``is_uuid``), else None.
+
+    Without a regular expression: every id 36 characters long, a hyphen at
+    offsets 8, 13, 18 and 23 of each, and the other 32 characters of each hex
+    digits (``bytes.fromhex`` skips whitespace, so its output must be 16 bytes
+    an id)."""
+    n = len(ids)
+    if set(map(type, ids)) != _ONLY_STR or set(map(len, ids)) != _ONLY_36:
+        return None
+    joined = "".join(ids)
+    hyphens = "-" * n
+    if (joined[8::36] != hyphens or joined[13::36] != hyphens or joined[18::36] != hyphens
+            or joined[23::36] != hyphens):
+        return None
+    digits = joined.replace("-", "")
+    try:
+        binary = bytes.fromhex(digits)
+    except ValueError:
+        return None
+    if len(digits) != 32 * n or len(binary) != 16 * n:
+        return None
+    if joined.lower() == joined:  # (not islower(): a Unicode lookup per character)
+        return tuple(ids), binary
+    return tuple("\n".join(ids).lower().split("\n")), binary
+
+
+def _shallow(values: Sequence[object], encoded: Sequence[bytes]) -> bool:
+    """Whether no value nests deeper than the limit. Each level needs a ``{`` or
+    ``[`` of its own in the encoded text, and each value has at least one, so a
+    batch with at most ``limit - 1`` more than one apiece is shallow enough;
+    otherwise the values with too many are walked."""
+    whole = b"".join(encoded)
+    if _openers(whole) - len(encoded) < PROPERTIES_MAX_DEPTH:
+        return True
+    return not any(_too_deep(v, PROPERTIES_MAX_DEPTH) for v, e in zip(values, encoded,
+                                                                      strict=True)
+                   if _openers(e) > PROPERTIES_MAX_DEPTH)
+
+
+def _openers(text: bytes) -> int:
+    """How many ``{`` and ``[`` are in ``text``."""
+    return text.count(b"{") + text.count(b"[")
+
+
+def _times(texts: Sequence[str], now_ms: int) -> tuple[int, ...] | None:
+    """Each text's time in ms, clamped to ``now_ms``; None if one is invalid."""
+    out = _zulu_times(texts)
+    if out is None:
+        out = []
+        for text in texts:
+            ms = parse_timestamp_ms(text)
+            if ms is None:
+                return None
+            out.append(ms)
+    if max(out) > now_ms:
+        return tuple(map(min, out, itertools.repeat(now_ms)))
+    return tuple(out)
+
+
+def _zulu_times(texts: Sequence[str]) -> list[int] | None:
+    """The times of texts shaped ``YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z`` (what SDKs
+    send), or None for any other shape or an invalid time. A text is its whole
+    second, checked and converted by the reference parser once per distinct
+    second, plus its fraction's milliseconds."""
+    lengths = set(map(len, texts))
+    if min(lengths) >= 24 and max(lengths) <= 30:  # .fff to .fffffffff: no regex
+        millis: Iterable[int | None] = list(map(_MILLIS.get, map(_DOT_MILLI_DIGITS, texts)))
+        rest = "".join(map(_MORE_DIGITS, texts))
+        if (None in millis or set(map(_LAST, texts)) != _ONLY_Z
+                or (rest and not (rest.isascii() and rest.encode().isdigit()))):
+            return None
+    else:
+        joined = "\n".join(texts)
+        if _ZULU_LINES.fullmatch(joined) is None or joined.count("\n") != len(texts) - 1:
+            return None
+        millis = map(_fraction_ms, texts)
+    prefixes = list(map(_TO_SECOND, texts))
+    seconds = {p: _second_ms(p) for p in set(prefixes)}
+    if None in seconds.values():
+        return None
+    return list(map(operator.add, map(seconds.__getitem__, prefixes), millis))
+
+
+def _fraction_ms(text: str) -> int:
+    """The ms of the fraction of a ``...SS[.f{1,9}]Z`` text."""
+    return int(text[20:23].rstrip("Z").ljust(3, "0")) if len(text) > 20 else 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _second_ms(prefix: str) -> int | None:
+    """``YYYY-MM-DDTHH:MM:SS`` as ms, by the reference parser (None: not a time,
+    or before 1970; a second before 1970 ends before it, so its fractions are too)."""
+    return parse_timestamp_ms(prefix + "Z")
+
+
+# --- the reference ---------------------------------------------------------------------
+
+
+def _reference_rows(items: list[Any], now_ms: int, encode_all: EncodeAll) -> _Rows:
+    checked = [_event(item, i, now_ms, encode_all) for i, item in enumerate(items)]
+    ids, names, properties, encoded, link_ids, times, occurred = zip(*checked, strict=True)
+    binary = bytes.fromhex("".join(ids).replace("-", ""))
+    return ids, binary, names, properties, encoded, link_ids, times, occurred
+
+
+def _event(item: object, index: int, now_ms: int, encode_all: EncodeAll,
+           ) -> tuple[str, str, dict[str, object], bytes, str | None, int, str]:
+    # Field names are built only for an error.
+    if not isinstance(item, dict):
+        raise ValidationError(f"events[{index}]: must be an object", field=f"events[{index}]")
+    event_id = item.get("id")
+    if event_id is None:
+        raise ValidationError(f"events[{index}].id: required", field=f"events[{index}].id")
+    if not isinstance(event_id, str) or not is_uuid(event_id):
+        raise ValidationError(f"events[{index}].id: must be a UUID", field=f"events[{index}].id")
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise ValidationError(f"events[{index}].name: must be a string",
+                              field=f"events[{index}].name")
+    if not 1 <= len(name) <= EVENT_NAME_MAX:
+        raise ValidationError(f"events[{index}].name: must be 1 to {EVENT_NAME_MAX} characters",
+                              field=f"events[{index}].name")
+    properties = item.get("properties")
+    if properties is None:
+        properties = {}
+    encoded = _properties_json(properties, encode_all)
+    if encoded is None:
+        encoded = _check_properties(properties, f"events[{index}].properties", encode_all)
+    occurred = item.get("occurredAt")
+    occurred_ms = parse_timestamp_ms(occurred) if isinstance(occurred, str) else None
+    if occurred_ms is None:
+        field = f"events[{index}].occurredAt"
+        if not isinstance(occurred, str):
+            raise ValidationError(f"{field}: must be an RFC 3339 date-time string", field=field)
+        raise ValidationError(
+            f"{field}: must be an RFC 3339 date-time with seconds and a Z or +hh:mm offset, "
+            "not before 1970", field=field)
+    link_id = item.get("linkId")
+    if link_id is not None:
+        if not isinstance(link_id, str) or not is_uuid(link_id):
+            raise ValidationError(f"events[{index}].linkId: must be a UUID",
+                                  field=f"events[{index}].linkId")
+        link_id = link_id.lower()
+    assert isinstance(occurred, str)
+    return (event_id.lower(), name, properties, encoded, link_id,
+            min(occurred_ms, now_ms), occurred)
+
+
+def _properties_json(value: object, encode_all: EncodeAll) -> bytes | None:
+    """The common case of :func:`_check_properties`, without building a field
+    name: the encoded value, or None to let ``_check_properties`` report."""
+    if not isinstance(value, dict) or _too_deep(value, PROPERTIES_MAX_DEPTH):
+        return None
+    try:
+        (encoded,) = encode_all([value])
+    except (TypeError, ValueError):
+        return None
+    return encoded if len(encoded) <= PROPERTIES_MAX_BYTES else None
+
+
+def _check_properties(value: object, field: str, encode_all: EncodeAll) -> bytes:
+    if not isinstance(value, dict):
+        raise ValidationError(f"{field}: must be a JSON object", field=field)
+    if _too_deep(value, PROPERTIES_MAX_DEPTH):
+        raise ValidationError(f"{field}: nested deeper than {PROPERTIES_MAX_DEPTH} levels",
+                              field=field)
+    try:
+        (encoded,) = encode_all([value])
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"{field}: not encodable as JSON", field=field) from exc
+    if len(encoded) > PROPERTIES_MAX_BYTES:
+        raise ValidationError(f"{field}: larger than {PROPERTIES_MAX_BYTES} bytes as JSON",
+                              field=field)
+    return encoded
+
+
+def _too_deep(value: object, levels: int) -> bool:
+    """Whether containers nest more than ``levels`` deep in ``value``; never recurses
+    further than ``levels + 1``, so a hostile body cannot exhaust the stack."""
+    if isinstance(value, dict):
+        children: Iterable[object] = value.values()
+    elif isinstance(value, list):
+        children = value
+    else:
+        return False
+    if levels == 0:
+        return True
+    for child in children:  # a loop, not any(): this runs for every event
+        if isinstance(child, _CONTAINERS) and _too_deep(child, levels - 1):
+            return True
+    return False

@@ -1,0 +1,294 @@
+"""The events batch check (svc_engine/event_batch.py): the fast column check
+gives exactly the reference's rows or steps aside, over generated batches; the
+rules themselves are tabled in tests/test_sdk_requests.py (SPEC.md "SDK event",
+"Limits")."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from storage.event_records import encode_all as encode_all_orjson
+from svc_engine import event_batch
+from svc_engine.errors import ValidationError
+from svc_engine.event_batch import (
+    EncodeAll,
+    encode_all_stdlib,
+    parse_event_rows,
+    parse_events_batch,
+)
+
+INSTALL = "3f2b8c1e-9d4a-4b6e-8f00-1234567890ab"
+EVENT_ID = "a0b1c2d3-e4f5-1789-8abc-def012345678"
+LINK = "0d9e8f7a-6b5c-4d3e-9f21-0a1b2c3d4e5f"
+NOW = 1_795_000_000_000  # 2026-11-18T08:26:40Z
+ENCODERS: list[EncodeAll] = [encode_all_stdlib, encode_all_orjson]
+
+
+def _orjson_per_value(values: Any) -> list[bytes]:
+    return [orjson.dumps(v) for v in values]
+
+
+# --- generated batches ---------------------------------------------------------------------
+
+hex_digit = st.sampled_from("0123456789abcdefABCDEF")
+uuids = st.builds(lambda u, upper: u.upper() if upper else u,
+                  st.uuids().map(str), st.booleans())
+
+
+@st.composite
+def broken_uuids(draw: st.DrawFn) -> str:
+    """Strings that are almost a canonical UUID."""
+    text = list(draw(uuids))
+    where = draw(st.integers(0, 35))
+    text[where] = draw(st.sampled_from([" ", "\t", "\n", "-", "g", "G", "\u0660", "é",
+                                        "0", "A"]))
+    if draw(st.booleans()):
+        del text[draw(st.integers(0, len(text) - 1))]
+    return "".join(text)
+
+
+ids = st.one_of(uuids, broken_uuids(), st.just(EVENT_ID), st.sampled_from(
+    ["", "x", EVENT_ID.replace("-", ""), "{" + EVENT_ID[1:-1] + "}",
+     EVENT_ID[:35] + "\n", " " + EVENT_ID[1:]]), st.integers(), st.none())
+names = st.one_of(st.text(min_size=0, max_size=102),
+                  st.sampled_from(["purchase", "n" * 100, "n" * 101, "", "é" * 100]),
+                  st.integers(), st.none(), st.booleans())
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1),
+                         st.floats(allow_nan=False, allow_infinity=False),
+                         st.text(max_size=12), st.sampled_from(["}", "{", "},{", "[", "\n"]))
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                           max_leaves=20)
+
+
+def nested(levels: int) -> Any:
+    value: Any = 1
+    for i in range(levels - 1):
+        value = {"k": value} if i % 2 else [value]
+    return {"k": value}
+
+
+properties = st.one_of(
+    st.none(), st.dictionaries(st.text(max_size=6), json_values, max_size=5),
+    st.sampled_from([{"revenue": 9.99, "currency": "USD"}, {}, nested(8), nested(9),
+                     {"k": "é" * ((8192 - 8) // 2)}, {"k": "é" * ((8192 - 8) // 2) + "x"},
+                     {"k": "x" * 8185}, {"k": "x" * 8184}, {"x": float("nan")},
+                     {"x": float("inf")}, {"x": 2**70}]),
+    json_values)
+link_ids = st.one_of(st.none(), uuids, broken_uuids(), st.integers())
+
+
+@st.composite
+def timestamps(draw: st.DrawFn) -> str:
+    """RFC 3339 texts around the accepted shapes, and near misses."""
+    when = draw(st.integers(-86_400_000, 4_102_444_800_000))  # 1969-12-31 .. 2100
+    at = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=when)
+    digits = draw(st.integers(0, 10))
+    fraction = "" if digits == 0 else "." + (f"{at.microsecond:06d}" + "987")[:digits] \
+        if digits <= 9 else "." + "1" * digits
+    separator = draw(st.sampled_from(["T", "T", "T", "t", " "]))
+    zone = draw(st.sampled_from(["Z", "Z", "Z", "z", "+00:00", "-05:30", "+24:00", ""]))
+    text = at.strftime(f"%Y-%m-%d{separator}%H:%M:%S") + fraction + zone
+    mutate = draw(st.integers(0, 9))
+    if mutate == 0:  # an impossible field
+        where, value = draw(st.sampled_from([(5, "13"), (8, "30"), (8, "00"), (11, "24"),
+                                             (14, "60"), (17, "60"), (17, "61")]))
+        text = text[:where] + value + text[where + 2:]
+    elif mutate == 1:
+        text = text.replace("2", "\uff12", 1)
+    elif mutate == 2:
+        text = text + draw(st.sampled_from(["\n", " ", "Z", "0"]))
+    return text
+
+
+occurred = st.one_of(timestamps(), timestamps(), timestamps(), st.integers(), st.none(),
+                     st.sampled_from(["2026-02-29T00:00:00Z", "2024-02-29T23:59:59.999Z",
+                                      "1970-01-01T00:00:00.000Z", "2999-01-01T00:00:00Z"]))
+
+
+@st.composite
+def events(draw: st.DrawFn) -> Any:
+    valid = {"id": draw(uuids), "name": "purchase",
+             "properties": draw(st.sampled_from([None, {}, {"revenue": 1.5}])),
+             "linkId": None, "occurredAt": "2026-11-01T10:00:00.123Z"}
+    for field, strategy in (("id", ids), ("name", names), ("properties", properties),
+                            ("linkId", link_ids), ("occurredAt", occurred)):
+        choice = draw(st.integers(0, 5))
+        if choice == 0:
+            del valid[field]
+        elif choice == 1:
+            valid[field] = draw(strategy)
+    if draw(st.integers(0, 20)) == 0:
+        valid["extra"] = draw(json_values)
+    if draw(st.integers(0, 30)) == 0:
+        return draw(json_values)  # not an event object at all
+    return valid
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[Any]:
+    """Mostly valid batches of the usual shape, with a few bad or odd events."""
+    template = draw(events())
+    size = draw(st.integers(1, 12))
+    items = []
+    for _ in range(size):
+        if draw(st.integers(0, 3)) == 0:
+            items.append(draw(events()))
+        elif isinstance(template, dict):
+            items.append({**template, "id": draw(uuids)})
+        else:
+            items.append(template)
+    return items
+
+
+def reference(items: list[Any], encode: EncodeAll) -> Any:
+    try:
+        return event_batch._reference_rows(items, NOW, encode)
+    except ValidationError as e:
+        return ("error", e.field, e.message)
+
+
+@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow])
+@given(batches(), st.sampled_from(ENCODERS))
+@example([{"id": EVENT_ID, "name": "n", "occurredAt": "2026-11-01T10:00:00Z"}],
+         encode_all_stdlib)
+def test_fast_check_gives_the_reference_rows_or_steps_aside(items: list[Any],
+                                                           encode: EncodeAll) -> None:
+    fast = event_batch._fast_rows(items, NOW, encode)
+    if fast is not None:
+        assert fast == reference(items, encode)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.builds(lambda i, n, p, lk, t: {"id": i, "name": n, "properties": p,
+                                                 "linkId": lk, "occurredAt": t},
+                          uuids, st.sampled_from(["purchase", "view", "é" * 100]),
+                          st.one_of(st.none(), st.dictionaries(st.text(max_size=5),
+                                                               json_values, max_size=4)),
+                          st.one_of(st.none(), uuids),
+                          st.one_of(timestamps(), st.sampled_from(
+                              ["2026-11-01T10:00:00.123Z", "2026-11-01T10:00:00.123456Z",
+                               "2026-11-01T10:00:00Z", "2026-11-01T10:00:00.5Z"]))),
+                min_size=1, max_size=100))
+def test_fast_check_takes_the_usual_valid_batches(items: list[Any]) -> None:
+    """The differential test above must not pass by the fast check always
+    stepping aside: valid batches of the usual shapes take the fast path."""
+    ref = reference(items, encode_all_orjson)
+    fast = event_batch._fast_rows(items, NOW, encode_all_orjson)
+    if ref[0] == "error":
+        assert fast is None
+        return
+    assert fast == ref
+    usual = all(isinstance(i["occurredAt"], str) and i["occurredAt"].endswith("Z")
+                and "T" in i["occurredAt"] and len(i["occurredAt"]) != 21
+                and "\uff12" not in i["occurredAt"] and " " not in i["occurredAt"]
+                for i in items)
+    if usual:
+        assert fast is not None
+
+
+# --- tables ------------------------------------------------------------------------------
+
+
+def event(**over: Any) -> dict[str, Any]:
+    body = {"id": EVENT_ID, "name": "purchase", "properties": {"revenue": 9.99},
+            "linkId": LINK, "occurredAt": "2026-11-01T10:00:00.123Z"}
+    body.update(over)
+    return body
+
+
+@pytest.mark.parametrize("encode", ENCODERS)
+def test_rows_of_a_valid_batch(encode: EncodeAll) -> None:
+    second = str(uuid.UUID(int=5))
+    rows = parse_event_rows({"installId": INSTALL, "events": [
+        event(id=EVENT_ID.upper(), linkId=LINK.upper()),
+        event(id=second, properties=None, linkId=None, occurredAt="2999-01-01T00:00:00Z")]},
+        now_ms=NOW, encode_all=encode)
+    assert rows.install_id == INSTALL and len(rows) == 2
+    assert rows.ids == (EVENT_ID, second)
+    assert rows.id_bytes == uuid.UUID(EVENT_ID).bytes + uuid.UUID(second).bytes
+    assert rows.names == ("purchase", "purchase")
+    assert rows.properties == ({"revenue": 9.99}, {})
+    assert [json.loads(p) for p in rows.properties_json] == [{"revenue": 9.99}, {}]
+    assert rows.link_ids == (LINK, None)
+    assert rows.occurred_at_ms == (1_793_527_200_123, NOW)  # the second is clamped
+    assert rows.occurred_at == ("2026-11-01T10:00:00.123Z", "2999-01-01T00:00:00Z")
+    batch = parse_events_batch({"installId": INSTALL, "events": [event()]}, now_ms=NOW)
+    assert batch.events == parse_event_rows(
+        {"installId": INSTALL, "events": [event()]}, now_ms=NOW).inputs()
+
+
+@pytest.mark.parametrize(("text", "ms"), [
+    ("2026-11-01T10:00:00Z", 1_793_527_200_000),
+    ("2026-11-01T10:00:00.1Z", 1_793_527_200_100),
+    ("2026-11-01T10:00:00.12Z", 1_793_527_200_120),
+    ("2026-11-01T10:00:00.123Z", 1_793_527_200_123),
+    ("2026-11-01T10:00:00.123456Z", 1_793_527_200_123),
+    ("2026-11-01T10:00:00.123456789Z", 1_793_527_200_123),
+    ("2026-11-01t10:00:00.123Z", 1_793_527_200_123),
+    ("2026-11-01T12:00:00.123+02:00", 1_793_527_200_123),
+    ("1970-01-01T00:00:00.000Z", 0),
+])
+def test_times_of_every_shape_agree_with_the_reference(text: str, ms: int) -> None:
+    items = [event(occurredAt=text) for _ in range(3)]
+    fast = event_batch._fast_rows(items, NOW, encode_all_orjson)
+    assert fast is not None and fast == event_batch._reference_rows(items, NOW,
+                                                                     encode_all_orjson)
+    assert fast[-2] == (ms, ms, ms)
+
+
+@pytest.mark.parametrize("bad", [
+    "2026-11-01T10:00:00.1234567890Z", "2026-11-01T10:00:00.123\u0663Z",
+    "2026-11-01T10:00:00.12 Z", "2026-11-01T10:00:60.123Z", "2026-02-30T10:00:00.123Z",
+    "1969-12-31T23:59:59.999Z", "2026-11-01T10:00:00.123", "2026-11-01T10:00:00.1234z0",
+])
+def test_bad_times_step_aside_and_the_reference_names_them(bad: str) -> None:
+    items = [event(), event(occurredAt=bad)]
+    assert event_batch._fast_rows(items, NOW, encode_all_orjson) is None
+    with pytest.raises(ValidationError) as info:
+        parse_event_rows({"installId": INSTALL, "events": items}, now_ms=NOW)
+    assert info.value.field == "events[1].occurredAt"
+
+
+@pytest.mark.parametrize("bad", [
+    EVENT_ID[:9] + " " + EVENT_ID[10:], EVENT_ID[:8] + "0" + EVENT_ID[9:],
+    EVENT_ID.replace("a", "\u0660", 1), EVENT_ID[:35] + "g", "-" + EVENT_ID[1:],
+    EVENT_ID[:35] + "\n",
+])
+def test_bad_ids_step_aside_and_the_reference_names_them(bad: str) -> None:
+    items = [event(), event(), event(id=bad)]
+    assert event_batch._fast_rows(items, NOW, encode_all_orjson) is None
+    with pytest.raises(ValidationError) as info:
+        parse_event_rows({"installId": INSTALL, "events": items}, now_ms=NOW)
+    assert info.value.field == "events[2].id"
+
+
+def test_the_first_bad_event_is_named_whatever_the_path() -> None:
+    items = [event(), event(name=""), event(id="x")]
+    with pytest.raises(ValidationError) as info:
+        parse_event_rows({"installId": INSTALL, "events": items}, now_ms=NOW,
+                         encode_all=encode_all_orjson)
+    assert (info.value.field, info.value.message) == (
+        "events[1].name", "events[1].name: must be 1 to 100 characters")
+
+
+@pytest.mark.parametrize("encode", [*ENCODERS, _orjson_per_value])
+def test_deep_properties_are_refused_whatever_the_encoder(encode: EncodeAll) -> None:
+    items = [event(properties=nested(9))]
+    assert event_batch._fast_rows(items, NOW, encode) is None
+    with pytest.raises(ValidationError) as info:
+        parse_event_rows({"installId": INSTALL, "events": items}, now_ms=NOW,
+                         encode_all=encode)
+    assert info.value.message == "events[0].properties: nested deeper than 8 levels"
+    deep = {"k": nested(1500)}  # deeper than any encoder recurses
+    with pytest.raises(ValidationError):
+        parse_event_rows({"installId": INSTALL, "events": [event(properties=deep)]},
+                         now_ms=NOW, encode_all=encode)

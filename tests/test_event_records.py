@@ -1,0 +1,222 @@
+"""Stored custom events (storage/event_records.py, storage/events_store.py): the
+batch encoder, the records a validated batch becomes, both record versions
+read back, deduplicated and purged, and the counter sums of a batch."""
+
+from __future__ import annotations
+
+import decimal
+import struct
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storage import layout
+from storage.codec import encode
+from storage.event_records import (
+    V1_KEY_SIZE,
+    NewEvents,
+    StoredEvent,
+    encode_all,
+    received_and_install,
+    uid16,
+)
+from storage.events_store import EventsStore, _sums
+from storage.lmdb_store import LmdbStore
+from svc_engine.event_batch import parse_event_rows
+from svc_engine.events import revenue
+from svc_engine.installs import Install
+from svc_engine.keys import Mode
+
+INSTALL = "3f2b8c1e-9d4a-4b6e-8f00-1234567890ab"
+PROJECT = "0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
+LINK = "0d9e8f7a-6b5c-4d3e-9f21-0a1b2c3d4e5f"
+NOW = 1_795_000_000_000
+DAY_MS = 86_400_000
+
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1),
+                         st.floats(allow_nan=False, allow_infinity=False),
+                         st.text(max_size=8),
+                         st.sampled_from(["}", "{", "},{", "}\n{", '","', "}, {"]))
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                           max_leaves=15)
+
+
+@settings(max_examples=500)
+@given(st.lists(st.one_of(st.dictionaries(st.text(max_size=5), json_values, max_size=4),
+                          json_values), max_size=8))
+def test_encode_all_is_orjson_per_value(values: list[Any]) -> None:
+    assert encode_all(values) == [orjson.dumps(v) for v in values]
+    objects = [v for v in values if isinstance(v, dict)]
+    assert encode_all(objects) == [orjson.dumps(v) for v in objects]
+
+
+def ev(i: int, **over: Any) -> dict[str, Any]:
+    body = {"id": str(uuid.UUID(int=i + 1)), "name": f"n{i % 3}",
+            "properties": {"revenue": 1.25 * (i % 4), "currency": "EUR", "i": i},
+            "linkId": None, "occurredAt": "2026-11-01T10:00:00.123Z"}
+    body.update(over)
+    return body
+
+
+def new_events(items: list[dict[str, Any]], now: int = NOW) -> NewEvents:
+    rows = parse_event_rows({"installId": INSTALL, "events": items}, now_ms=now,
+                            encode_all=encode_all)
+    return NewEvents.of(rows, received_at_ms=now)
+
+
+def test_new_events_hold_the_stored_json_and_key_parts() -> None:
+    items = [ev(0, name='quote " and %s', linkId=LINK.upper()),
+             ev(1, occurredAt="2999-01-01T00:00:00Z", properties=None)]
+    new = new_events(items)
+    assert new.ids == (items[0]["id"], items[1]["id"]) and new.distinct
+    assert new.id16 == (uuid.UUID(items[0]["id"]).bytes, uuid.UUID(items[1]["id"]).bytes)
+    assert orjson.loads(new.json(0)) == {**items[0], "linkId": LINK}
+    assert orjson.loads(new.json(1)) == {**items[1], "properties": {}}
+    assert new.values[0][:17] == b"\x02" + uid16(INSTALL)
+    occurred = 1_793_527_200_123
+    assert new.places == (struct.pack(">QQH", occurred - 123, NOW, 123),
+                          struct.pack(">QQH", NOW - NOW % 1000, NOW, NOW % 1000))
+    assert new.revenue == (("EUR", decimal.Decimal(0)), None)
+    assert not new_events([ev(0), ev(0)]).distinct
+    assert new_events([ev(0, properties={"k": 1})]).revenue is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["EUR", "USD", "usd", 5, None]),
+                          st.sampled_from([1, 1.0, True, 0.0, -0.0, 0, 9.99, "1", None,
+                                           [1], 10**13]),
+                          st.booleans()), min_size=1, max_size=12))
+def test_revenue_of_each_event_is_the_rule(pairs: list[tuple[Any, Any, bool]]) -> None:
+    items = []
+    for i, (currency, amount, present) in enumerate(pairs):
+        props = {"currency": currency, "revenue": amount} if present else {"x": 1}
+        items.append(ev(i, properties=props))
+    for _ in range(2):  # the second time from memory
+        new = new_events(items)
+        expected = [revenue(i["properties"]) for i in items]
+        found = new.revenue if new.revenue is not None else (None,) * len(items)
+        assert [None if r is None else (r[0], str(r[1])) for r in found] == [
+            None if r is None else (r[0], str(r[1])) for r in expected]
+
+
+def reference_sums(new: NewEvents, indexes: list[int]) -> tuple[dict[Any, int], dict[Any, Any]]:
+    groups: dict[Any, int] = {}
+    amounts: dict[Any, decimal.Decimal] = {}
+    for i in indexes:
+        day = new.occurred_at_ms[i] // DAY_MS
+        key = (new.link_ids[i], day, new.names[i])
+        groups[key] = groups.get(key, 0) + 1
+        found = revenue(orjson.loads(new.json(i))["properties"])
+        if found is not None:
+            k = (new.link_ids[i], day, found[0])
+            amounts[k] = amounts.get(k, decimal.Decimal(0)) + found[1]
+    return groups, amounts
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([None, LINK]), st.integers(0, 2),
+                          st.sampled_from(["EUR", "USD", None]),
+                          st.sampled_from([1, 2.5, 0.1, -3, 10**12])),
+                min_size=1, max_size=20), st.booleans())
+def test_batch_sums_are_the_per_event_sums(spec: list[tuple[Any, int, Any, Any]],
+                                          some_duplicates: bool) -> None:
+    items = [ev(i, linkId=link, occurredAt=f"2026-11-0{1 + day}T10:00:00.123Z",
+                properties={"currency": cur, "revenue": amount} if cur else {})
+             for i, (link, day, cur, amount) in enumerate(spec)]
+    new = new_events(items)
+    indexes = list(range(len(items)))[::2] if some_duplicates else list(range(len(items)))
+    got = _sums(new, indexes if some_duplicates else range(len(items)))
+    want = reference_sums(new, indexes)
+    assert got[0] == want[0]
+    assert {k: str(v) for k, v in got[1].items()} == {k: str(v) for k, v in want[1].items()}
+
+
+# --- in LMDB ------------------------------------------------------------------------------
+
+
+async def registered(store: LmdbStore) -> EventsStore:
+    install = Install(install_id=INSTALL, project_id=PROJECT, mode=Mode.LIVE,
+                      platform="ios", created_at_ms=1)
+    await store.write(lambda txn: txn.put(layout.scope(PROJECT, "live") + layout.uid(INSTALL),
+                                          encode(install), db=store.db(b"installs")))
+    return EventsStore(store)
+
+
+async def record(events: EventsStore, items: list[dict[str, Any]], now: int = NOW) -> Any:
+    return await events.record_batch(project_id=PROJECT, mode=Mode.LIVE, install_id=INSTALL,
+                                     events=new_events(items, now), idem=None)
+
+
+async def put_v1(store: LmdbStore, event_id: str, occurred_ms: int, received_ms: int,
+                 json: bytes) -> None:
+    """An event as the version 1 layout stored it (scope | ms | id)."""
+    scope = layout.scope(PROJECT, "live")
+
+    def op(txn: Any) -> None:
+        txn.put(scope + struct.pack(">Q", occurred_ms) + uid16(event_id),
+                struct.pack(">BQ16s", 1, received_ms, uid16(INSTALL)) + json,
+                db=store.db(b"events"))
+        txn.put(scope + uid16(INSTALL) + uid16(event_id), struct.pack(">Q", occurred_ms),
+                db=store.db(b"event_ids"))
+
+    await store.write(op)
+
+
+async def test_a_batch_is_stored_deduplicated_and_read_back(store: LmdbStore) -> None:
+    events = await registered(store)
+    items = [ev(i, occurredAt=f"2026-11-01T10:00:0{i % 2}.{100 + i}Z") for i in range(6)]
+    assert (await record(events, items)).to_json() == {"accepted": 6, "duplicates": 0}
+    late = ev(7, occurredAt="2026-11-01T10:00:00.050Z")  # earlier, but it arrives later
+    again = await record(events, [items[0], late, late], now=NOW + 5)
+    assert again.to_json() == {"accepted": 1, "duplicates": 2}
+    got = events.get(PROJECT, Mode.LIVE, INSTALL, items[3]["id"])
+    assert got is not None and orjson.loads(got.json) == items[3]
+    assert (got.occurred_at_ms, got.received_at_ms, got.install_id) == (
+        1_793_527_201_103, NOW, INSTALL)
+    # by the second it occurred, then by arrival; a range filters the exact time
+    pages = list(events.pages(PROJECT, Mode.LIVE, 0, 2 * NOW, page_size=4))
+    assert [len(p) for p in pages] == [4, 3]
+    order = [e.id for p in pages for e in p]
+    assert order == [*(items[i]["id"] for i in (0, 2, 4)), late["id"],
+                     *(items[i]["id"] for i in (1, 3, 5))]
+    start = 1_793_527_201_103  # .103 of the second second: not its .101
+    inside = [e.id for p in events.pages(PROJECT, Mode.LIVE, start, start + 3) for e in p]
+    assert inside == [items[3]["id"], items[5]["id"]]
+
+
+async def test_version_1_records_are_read_deduplicated_and_purged(store: LmdbStore) -> None:
+    events = await registered(store)
+    old = ev(1)
+    await put_v1(store, old["id"], 1_793_527_200_123, NOW - 10, orjson.dumps(old))
+    got = events.get(PROJECT, Mode.LIVE, INSTALL, old["id"])
+    assert got is not None and (got.occurred_at_ms, got.received_at_ms) == (
+        1_793_527_200_123, NOW - 10)
+    assert orjson.loads(got.json) == old
+    new = ev(2, occurredAt="2026-11-01T10:00:00.124Z")
+    assert (await record(events, [old, new])).to_json() == {"accepted": 1, "duplicates": 1}
+    # both in one range; within their second, a version 1 key (exact ms) sorts
+    # after the version 2 keys (the second's start)
+    assert [e.id for p in events.pages(PROJECT, Mode.LIVE, 0, NOW) for e in p] == [
+        new["id"], old["id"]]
+    keys = []
+    with store.read() as txn:
+        for key, value in txn.cursor(db=store.db(b"events")).iternext():
+            keys.append(len(key))
+            assert received_and_install(bytes(key), bytes(value))[1] == uid16(INSTALL)
+    assert sorted(keys) == [V1_KEY_SIZE, V1_KEY_SIZE + 10]
+    assert await events.purge(NOW - 5) == 1  # the old one arrived before the cutoff
+    assert events.get(PROJECT, Mode.LIVE, INSTALL, old["id"]) is None
+    assert await events.purge(NOW + 1) == 1
+    with store.read() as txn:
+        assert txn.stat(store.db(b"event_ids"))["entries"] == 0
+
+
+def test_a_newer_record_version_is_refused() -> None:
+    key = layout.scope(PROJECT, "live") + b"\x00" * 34
+    with pytest.raises(ValueError, match="newer"):
+        StoredEvent.from_item(key, b"\x03" + b"\x00" * 16 + b"{}")
