@@ -214,46 +214,58 @@ def _name_json(name: str) -> bytes:
     return encoded
 
 
-_GET_REVENUE = operator.methodcaller("get", "revenue")
-_GET_CURRENCY = operator.methodcaller("get", "currency")
 _MISSING = object()
+_BY_KIND: dict[tuple[object, type], dict[object, Revenue | None]] = {}
 
 
 def _revenues(properties: Sequence[dict[str, object]]) -> tuple[Revenue | None, ...] | None:
     """``_revenue`` of each event's properties; None when no event has a
-    ``revenue`` field. Looked up in its memo all at once (C loops), each miss
-    then found one at a time."""
-    amounts = list(map(_GET_REVENUE, properties))
-    if amounts.count(None) == len(amounts):
+    ``revenue`` field. The usual batch, one currency and one type of amount, is
+    looked up all at once (C loops) in a memo per currency and type; each miss
+    is then found one at a time."""
+    n = len(properties)
+    amounts = list(map(dict.get, properties, itertools.repeat("revenue")))
+    if amounts.count(None) == n:
         return None
-    keys = list(zip(map(_GET_CURRENCY, properties), map(type, amounts), amounts, strict=True))
+    currencies = list(map(dict.get, properties, itertools.repeat("currency")))
+    found: list[Any] = [_MISSING] * n
     try:
-        found = list(map(_REVENUE_MEMO.get, keys, itertools.repeat(_MISSING)))
-    except TypeError:  # an unhashable currency or amount: no memo for those
-        return tuple(map(_revenue, properties))
+        kinds = set(zip(currencies, map(type, amounts), strict=True))
+        if len(kinds) == 1:
+            found = list(map(_memo_of(*kinds.pop()).get, amounts, itertools.repeat(_MISSING)))
+    except TypeError:  # an unhashable currency or amount
+        pass
     if _MISSING in found:
         found = [f if f is not _MISSING else None if a is None else _revenue(p)
                  for p, a, f in zip(properties, amounts, found, strict=True)]
-    return tuple(found)  # type: ignore[arg-type]
+    return tuple(found)
 
 
-_REVENUE_MEMO: dict[tuple[str, type, float], tuple[str, decimal.Decimal] | None] = {}
+def _memo_of(currency: object, kind: type) -> dict[object, Revenue | None]:
+    """The remembered revenues of amounts of this currency and type (the memo
+    of :func:`_revenue`, split so a batch is looked up by amount alone)."""
+    memo = _BY_KIND.get((currency, kind))
+    if memo is None:
+        if len(_BY_KIND) >= _MEMO_MAX:
+            _BY_KIND.clear()
+        memo = _BY_KIND[currency, kind] = {}
+    return memo
 
 
-def _revenue(properties: dict[str, object]) -> tuple[str, decimal.Decimal] | None:
-    """``svc_engine.events.revenue``, remembered per (currency, amount): apps
-    send the same few prices over and over, and building the exact decimal of
-    a float is the costliest step of encoding an event. Bounded: cleared when
-    it holds 4096 entries."""
+def _revenue(properties: dict[str, object]) -> Revenue | None:
+    """``svc_engine.events.revenue``, remembered per (currency, amount type,
+    amount): apps send the same few prices over and over, and building the
+    exact decimal of a float is the costliest step of encoding an event.
+    Bounded: a memo is cleared when it holds 4096 entries."""
     currency, amount = properties.get("currency"), properties.get("revenue")
     if not isinstance(currency, str) or not isinstance(amount, int | float) or amount == 0:
         return revenue(properties)  # 0 too: 0.0 and -0.0 are equal keys, not equal text
-    key = (currency, type(amount), amount)  # the type keeps True, 1 and 1.0 apart
+    memo = _memo_of(currency, type(amount))  # the type keeps True, 1 and 1.0 apart
     try:
-        return _REVENUE_MEMO[key]
+        return memo[amount]
     except KeyError:
         pass
-    if len(_REVENUE_MEMO) >= _MEMO_MAX:
-        _REVENUE_MEMO.clear()
-    found = _REVENUE_MEMO[key] = revenue(properties)
+    if len(memo) >= _MEMO_MAX:
+        memo.clear()
+    found = memo[amount] = revenue(properties)
     return found

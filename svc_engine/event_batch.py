@@ -73,8 +73,11 @@ _TO_SECOND = operator.itemgetter(slice(0, 19))
 _DOT_MILLI_DIGITS = operator.itemgetter(slice(19, 23))
 _MORE_DIGITS = operator.itemgetter(slice(23, -1))
 _LAST = operator.itemgetter(-1)
+_DOT_MILLI_DIGITS_Z = operator.itemgetter(slice(19, 24))
 _MILLIS = {f".{i:03d}": i for i in range(1000)}
+_MILLIS_Z = {f".{i:03d}Z": i for i in range(1000)}
 _ONLY_Z = frozenset({"Z"})
+_ONLY_24 = frozenset({24})
 _CONTAINERS = (dict, list)
 _ONLY_DICT = frozenset({dict})
 _ONLY_STR = frozenset({str})
@@ -289,8 +292,13 @@ def _zulu_times(texts: Sequence[str]) -> list[int] | None:
     second, checked and converted by the reference parser once per distinct
     second, plus its fraction's milliseconds."""
     lengths = set(map(len, texts))
-    if min(lengths) >= 24 and max(lengths) <= 30:  # .fff to .fffffffff: no regex
-        millis: Iterable[int | None] = list(map(_MILLIS.get, map(_DOT_MILLI_DIGITS, texts)))
+    millis: Iterable[int | None]
+    if lengths == _ONLY_24:  # .fffZ, one lookup checks and converts the fraction
+        millis = list(map(_MILLIS_Z.get, map(_DOT_MILLI_DIGITS_Z, texts)))
+        if None in millis:
+            return None
+    elif min(lengths) >= 24 and max(lengths) <= 30:  # .fff to .fffffffff: no regex
+        millis = list(map(_MILLIS.get, map(_DOT_MILLI_DIGITS, texts)))
         rest = "".join(map(_MORE_DIGITS, texts))
         if (None in millis or set(map(_LAST, texts)) != _ONLY_Z
                 or (rest and not (rest.isascii() and rest.encode().isdigit()))):
