@@ -56,7 +56,13 @@ import lmdb
 import orjson
 
 from storage import counters, layout
-from storage.event_records import NewEvents, received_and_install, second_floor, uid16
+from storage.event_records import (
+    NewEvents,
+    Revenue,
+    received_and_install,
+    second_floor,
+    uid16,
+)
 from storage.event_records import StoredEvent as StoredEvent  # the readers' import
 from storage.lmdb_store import LmdbStore
 from storage.writer import Op
@@ -271,14 +277,19 @@ def _sums(events: NewEvents, new: range | list[int],
             totals = {(link, day, currency): sum(map(operator.itemgetter(1), paying), _ZERO)
                       for currency in currencies}
             return groups, totals
-    days = [ms // _DAY_MS for ms in times]
-    groups = dict(collections.Counter((links[i], days[i], names[i]) for i in new))
+    days = list(map(operator.floordiv, times, itertools.repeat(_DAY_MS)))
+    paid: Iterable[tuple[str | None, int, Revenue | None]]
+    if isinstance(new, range):
+        groups = dict(collections.Counter(zip(links, days, names, strict=True)))
+        paid = zip(links, days, found or itertools.repeat(None, len(links)), strict=True)
+    else:
+        groups = dict(collections.Counter((links[i], days[i], names[i]) for i in new))
+        paid = ((links[i], days[i], found[i] if found else None) for i in new)
     amounts: dict[_Group, decimal.Decimal] = {}
     if found is not None:
-        for i in new:
-            revenue = found[i]
+        for link, day_, revenue in paid:
             if revenue is not None:
-                key = (links[i], days[i], revenue[0])
+                key = (link, day_, revenue[0])
                 amounts[key] = amounts.get(key, _ZERO) + revenue[1]
     return groups, amounts
 

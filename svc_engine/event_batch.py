@@ -207,15 +207,15 @@ def _fast_rows(items: list[Any], now_ms: int, encode_all: EncodeAll) -> _Rows | 
         return None
     # link ids
     if set(map(type, link_ids)) != _ONLY_NONE:
-        checked: list[str | None] = []
-        for link in link_ids:
-            if link is None:
-                checked.append(None)
-            elif type(link) is str and is_uuid(link):
-                checked.append(link.lower())
-            else:
-                return None
-        link_ids = tuple(checked)
+        given = [link for link in link_ids if link is not None]
+        checked_links = _canonical_uuids(given)
+        if checked_links is None:
+            return None
+        if len(given) == n:
+            link_ids = checked_links[0]
+        else:
+            lowered = iter(checked_links[0])
+            link_ids = tuple(None if link is None else next(lowered) for link in link_ids)
     # occurredAt
     if set(map(type, occurred)) != _ONLY_STR:
         return None
