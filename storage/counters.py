@@ -103,6 +103,13 @@ def increment(txn: lmdb.Transaction, db: Any, project_id: str, mode: str,
         _add(txn, db, counter_key(project_id, mode, key), by)
 
 
+def add_to(txn: lmdb.Transaction, db: Any, keys: Iterable[bytes], delta: Delta) -> None:
+    """Add ``delta`` to counters whose keys ``counter_key`` already made (a caller
+    that remembers its keys, like the events batch)."""
+    for key in keys:
+        _add(txn, db, key, delta)
+
+
 def add_decimal(txn: lmdb.Transaction, db: Any, project_id: str, mode: str,
                 keys: Iterable[CounterKey], amount: decimal.Decimal) -> None:
     for key in keys:

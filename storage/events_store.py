@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import collections
 import decimal
+import functools
 import itertools
 import operator
 from collections.abc import Iterable, Iterator
@@ -191,11 +192,10 @@ class EventsStore:
         groups, amounts = _sums(events, new)
         db, m = self._counters, mode.value
         for (link_id, day, name), n in groups.items():
-            counters.increment(txn, db, project_id, m, conversion_counter_keys(
-                link_id=link_id, at_ms=day * _DAY_MS, name=name), by=n)
+            counters.add_to(txn, db, _counter_keys(project_id, m, False, link_id, day, name), n)
         for (link_id, day, currency), amount in amounts.items():
-            counters.add_decimal(txn, db, project_id, m, revenue_counter_keys(
-                link_id=link_id, at_ms=day * _DAY_MS, currency=currency), amount)
+            counters.add_to(txn, db, _counter_keys(project_id, m, True, link_id, day, currency),
+                            amount)
 
     def _publish(self, txn: lmdb.Transaction, project_id: str, mode: Mode, install_id: str,
                  events: NewEvents, new: Iterable[int]) -> None:
@@ -255,6 +255,18 @@ class EventsStore:
             return PurgeResult(len(doomed), resume_at)
 
         return op
+
+
+@functools.lru_cache(maxsize=4096)
+def _counter_keys(project_id: str, mode: str, paid: bool, link_id: str | None, day: int,
+                  what: str) -> tuple[bytes, ...]:
+    """The counter keys a conversion of name ``what`` (or, ``paid``, its revenue
+    in currency ``what``) of this link and day adds to; remembered, as a project
+    sends the same few names day after day."""
+    at = day * _DAY_MS
+    keys = revenue_counter_keys(link_id=link_id, at_ms=at, currency=what) if paid else \
+        conversion_counter_keys(link_id=link_id, at_ms=at, name=what)
+    return tuple(counters.counter_key(project_id, mode, k) for k in keys)
 
 
 _Group = tuple[str | None, int, str]  # link id, day, name or currency
