@@ -58,15 +58,16 @@ class ProjectActor:
     # -- calls (each runs inside the actor's task) ---------------------------------
 
     async def submit(self, build: Callable[[DeferredSettings], Op[T]]) -> Pending[T]:
-        """Queue an attribution op built with the current settings, in this
-        project's order. The op decides inside the write transaction, so rules
-        like single use hold; the caller awaits the returned commit outside the
-        mailbox, so the actor never waits for a disk flush."""
-
-        async def do() -> Pending[T]:
-            return await self._store.submit(build(self.settings))
-
-        return await self.mailbox.call(do)
+        """Queue an attribution op built with the current settings. The op
+        decides inside the write transaction, so rules like single use hold;
+        the caller awaits the returned commit, so the actor never waits for a
+        disk flush. The settings are read here, not through the mailbox: they
+        are a frozen record that only the mailbox's calls replace, ops reach the
+        writer in the order they are submitted, and a PATCH still in progress
+        is not yet acknowledged, so an op built with the settings before it is
+        as correct as one queued behind it. (A mailbox round trip was two task
+        switches on every SDK call; bench/README.md.)"""
+        return await self._store.submit(build(self.settings))
 
     async def get_settings(self) -> DeferredSettings:
         return await self.mailbox.call(lambda: self.settings)
