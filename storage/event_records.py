@@ -21,7 +21,9 @@ so a batch of 100 dirtied about 50 pages and the commit wrote ~230 KB
 later arrivals go after earlier ones, so a batch's events are appended
 together at the end of each second they occurred in: a handful of pages. A
 range of time still reads one key range (rounded down to the second and
-filtered); within a second, events come in the order they arrived.
+filtered); within a second, events come in the order they arrived. (A version
+1 record, kept until retention removes it, sorts after the version 2 records
+of its second.)
 
 The event JSON is ``{"id", "name", "properties", "linkId", "occurredAt"}``
 with ``occurredAt`` exactly as the app sent it, assembled from the pieces the
