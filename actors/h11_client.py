@@ -122,6 +122,8 @@ class Connection:
         self._stream = stream
         self._sock = sock
         self._h11 = h11.Connection(h11.CLIENT)
+        self._poller = select.poll()
+        self._poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)
         self.idle_since = 0.0
         self.exchanges = 0
 
@@ -147,12 +149,9 @@ class Connection:
 
     def quiet(self) -> bool:
         """True when the idle socket has nothing to read (no close, no stray bytes)."""
-        fd = self._sock.fileno()
-        if fd == -1:
+        if self._sock.fileno() == -1:
             return False
-        poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLPRI)
-        return not poller.poll(0)
+        return not self._poller.poll(0)
 
     def close(self) -> None:
         """Close at once (no TLS close_notify: HTTP framing does not need it)."""

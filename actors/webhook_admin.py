@@ -121,7 +121,7 @@ async def set_enabled(actor: WebhookActor, project_id: str, mode: Mode, endpoint
         if on and endpoint.is_off:
             await actor.rearm(saved)
         if not on:
-            await actor.drop_ready(endpoint.id)
+            actor.drop_ready(endpoint.id)
         return saved
 
     return await actor.call(do)  # type: ignore[no-any-return]
@@ -131,7 +131,7 @@ async def delete_endpoint(actor: WebhookActor, project_id: str, mode: Mode, endp
                           idem: IdemWrite | None) -> Deleted:
     async def do() -> Deleted:
         endpoint = _owned(actor, project_id, mode, endpoint_id)
-        await actor.drop_ready(endpoint.id)
+        actor.drop_ready(endpoint.id)
 
         def op(txn: lmdb.Transaction) -> Deleted:
             result = Deleted(endpoint.id, actor.tables.delete_endpoint(txn, endpoint))
@@ -157,7 +157,7 @@ async def send_test(actor: WebhookActor, project_id: str, mode: Mode, endpoint_i
         body = orjson.dumps(envelope(event_id, EventType.TEST.value, now, project_id,
                                      mode.value, data))
         event = WebhookEvent(event_id, EventType.TEST.value, project_id, mode, now, body, 1)
-        d = deliveries.new_delivery(actor.new_id(), endpoint.id, event_id,
+        d = deliveries.new_delivery(actor.new_delivery_id(), endpoint.id, event_id,
                                     EventType.TEST.value, mode, now)
         view = DeliveryView(d, endpoint, event)
 
@@ -168,7 +168,7 @@ async def send_test(actor: WebhookActor, project_id: str, mode: Mode, endpoint_i
             return view
 
         await actor.write(op)
-        await actor.send_now(d)
+        actor.send_now(d)
         return view
 
     return await actor.call(do)  # type: ignore[no-any-return]
@@ -198,7 +198,7 @@ async def send_again(actor: WebhookActor, project_id: str, mode: Mode, delivery_
             return view
 
         await actor.write(op)
-        await actor.send_now(again)
+        actor.send_now(again)
         return view
 
     return await actor.call(do)  # type: ignore[no-any-return]

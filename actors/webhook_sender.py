@@ -24,7 +24,9 @@ decide retries or health (the WebhookActor does, from ``AttemptReport``).
   ``Accept-Encoding: identity``, so nothing is decompressed); a longer body
   closes the connection. The delivery keeps the first 4 KiB.
 * Each attempt is signed when it starts (``webhook-timestamp`` is that moment)
-  with the secret current when the attempt was handed over.
+  with the secret current when the attempt was handed over. The header
+  fields are ``signing.build_headers``'s (svc_engine/signing.py), built
+  straight as the bytes h11 takes.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import trio
 from actors.clock import Clock
 from actors.h11_client import H11Client, Pool, connect_tcp
 from svc_engine import signing
+from svc_engine.errors import ValidationError
 from svc_engine.ssrf import BLOCKED, DEFAULT_PORTS, RESOLVE, TargetVerdict, url_target_rule
 from svc_engine.webhook_retry import (
     BLOCKED_ADDRESS,
@@ -61,6 +64,10 @@ Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 _target_rule = functools.lru_cache(maxsize=4096)(url_target_rule)
 """``url_target_rule`` is pure; a delivery's URL is judged once, not per attempt.
 (Arguments must be hashable: tuples for the addresses and the allow-list.)"""
+
+_CONTENT_TYPE = (b"content-type", b"application/json")
+_USER_AGENT = (b"user-agent", signing.USER_AGENT.encode("ascii"))
+_ACCEPT_IDENTITY = (b"accept-encoding", b"identity")
 
 
 class BlockedAddress(Exception):
@@ -205,11 +212,10 @@ class HttpSender:
         if verdict.decision == BLOCKED:
             error, detail = BLOCKED_ADDRESS, verdict.reason
         else:
-            headers = signing.build_headers(job.secret, job.delivery_id, started // 1000,
-                                            job.body, job.event_type)
+            head = signed_head(job, started // 1000)
             with trio.move_on_after(self._deadline_s) as scope:
                 try:
-                    status, retry_after, body = await self._post(job, verdict, headers)
+                    status, retry_after, body = await self._post(job, verdict, head)
                 except BlockedAddress as e:
                     error, detail = BLOCKED_ADDRESS, str(e)
                 except Exception as e:  # any failure of the exchange is a failed attempt
@@ -221,16 +227,14 @@ class HttpSender:
                              finished_at_ms=self._clock.now_ms(), status=status, error=error,
                              detail=detail, response_body=body, retry_after=retry_after)
 
-    async def _post(self, job: SendJob, verdict: TargetVerdict, headers: dict[str, str]
-                    ) -> tuple[int, str | None, bytes]:
+    async def _post(self, job: SendJob, verdict: TargetVerdict,
+                    head: list[tuple[bytes, bytes]]) -> tuple[int, str | None, bytes]:
         if verdict.allowed:
             addresses = verdict.addresses
         else:
             addresses = await self._guard.allowed_addresses(verdict.host, verdict.port)
         req = _request_of(job.url, verdict.host, verdict.port)
-        head = [(b"host", req.host_header)]
-        head += [(k.encode("ascii"), v.encode("ascii")) for k, v in headers.items()]
-        head += [(b"content-length", b"%d" % len(job.body)), (b"accept-encoding", b"identity")]
+        head[0] = (b"host", req.host_header)
         request = h11.Request(method=b"POST", target=req.target, headers=head)
         response = await self._client.request(addresses, verdict.port,
                                               verdict.host if req.tls else None,
@@ -238,6 +242,21 @@ class HttpSender:
         retry_after = response.header(b"retry-after")
         return (response.status, None if retry_after is None else retry_after.decode("latin-1"),
                 response.body)
+
+
+def signed_head(job: SendJob, timestamp_s: int) -> list[tuple[bytes, bytes]]:
+    """The request's header fields, in order, with ``host`` left for the caller:
+    ``signing.build_headers``'s (same checks, same values), then
+    ``content-length`` and ``accept-encoding``."""
+    if not job.event_type or not job.event_type.isascii() or not job.event_type.isidentifier():
+        raise ValidationError("event type must be a plain ASCII word", field="event_type")
+    signature = signing.sign(job.secret, job.delivery_id, timestamp_s, job.body)
+    return [(b"host", b""), _CONTENT_TYPE, _USER_AGENT,
+            (b"webhook-id", job.delivery_id.encode("ascii")),
+            (b"webhook-timestamp", b"%d" % timestamp_s),
+            (b"webhook-signature", signature.encode("ascii")),
+            (b"svc-event", job.event_type.encode("ascii")),
+            (b"content-length", b"%d" % len(job.body)), _ACCEPT_IDENTITY]
 
 
 def failure_of(exc: BaseException) -> tuple[str, str]:

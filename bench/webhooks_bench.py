@@ -15,7 +15,9 @@ while this process is pinned to CPU 1 when ``taskset`` and two CPUs exist:
   WebhookActor with its 32 senders, the dispatcher, the timer): N events are
   appended to the outbox in batches, as the redirector does, and the clock
   runs until every delivery is Delivered: deliveries per second, including
-  fan-out, the state writes (Queued, Sending, Delivered) and health.
+  fan-out, the state writes (Queued, then the result with the endpoint's
+  health; a scheduled attempt's Sending is shown from memory, not written),
+  and how many synced commits they took.
 
 Plain http to 127.0.0.1 by default (like reading/perf-ceiling.md 2.5);
 ``--tls`` uses HTTPS with a trustme certificate, adding handshakes and crypto.
@@ -176,6 +178,7 @@ async def _end_to_end(url: str, ca_path: str | None, events: int) -> dict[str, A
                 await webhook_admin.create_endpoint(actor, project_id, Mode.LIVE,
                                                     validate_endpoint(url), None)
                 payload = json.loads(BODY)["data"]
+                commits0 = store.writer.statistics().batches
                 start = time.perf_counter()
                 cpu0 = time.process_time()
                 for first in range(0, events, 256):
@@ -194,6 +197,7 @@ async def _end_to_end(url: str, ca_path: str | None, events: int) -> dict[str, A
                         await trio.sleep(0.01)
                 wall = time.perf_counter() - start
                 cpu = time.process_time() - cpu0
+                commits = store.writer.statistics().batches - commits0
                 stats = actor.statistics()
                 n.cancel_scope.cancel()
             store.writer.close()
@@ -202,7 +206,8 @@ async def _end_to_end(url: str, ca_path: str | None, events: int) -> dict[str, A
         shutil.rmtree(data, ignore_errors=True)
     return {"deliveries_per_s": round(events / wall), "events": events,
             "seconds": round(wall, 2), "cpu_us_per_delivery": round(cpu / events * 1e6),
-            "failed_attempts": stats.failed_attempts, "senders": 32}
+            "failed_attempts": stats.failed_attempts, "senders": 32, "commits": commits,
+            "report_calls": stats.report_calls}
 
 
 def main() -> None:

@@ -17,15 +17,26 @@ Databases (storage/layout.py):
 A waiting delivery's next attempt is a persisted Deadline (kind
 ``webhook_attempt``, ref = delivery id, due = ``next_attempt_at_ms``) written
 by ``save_delivery`` in the same transaction as the state that schedules it,
-and removed in the transaction that starts or settles the attempt.
+and removed in the transaction that records the attempt's result (or starts a
+manual attempt; a scheduled attempt's start is not written, see
+actors/webhooks.py).
+
+Delivery ids are time-ordered (``webhook_delivery.new_delivery_id``), so the
+deliveries of one dispatched batch, and their results, share B-tree pages in
+``deliveries`` and ``deliveries_open``.
 
 Only the WebhookActor writes these (the ops below run inside its writes); the
-API reads them directly.
+API reads them directly. The actor registers (``prefer``) lookups of the
+delivery and endpoint states it holds and has not committed yet (an attempt
+in flight, a result on its way to the disk): ``delivery``, ``recent``,
+``endpoint`` and ``endpoints`` show those, so a reader never sees a record go
+back to an older state. The scans the actor uses itself (``open_deliveries``,
+``expired``, ``all_endpoints``) read committed records only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -38,6 +49,7 @@ from svc_engine.deadlines import Deadline
 from svc_engine.keys import Mode
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
 from svc_engine.webhook_records import Endpoint, WebhookEvent
+from svc_engine.webhook_steps import FanOut
 
 ATTEMPT_DEADLINE = "webhook_attempt"
 WAITING = (DeliveryStatus.QUEUED, DeliveryStatus.RETRYING)
@@ -69,6 +81,16 @@ class WebhookStore:
         self._by_time = store.db(b"deliveries_by_time")
         self._open = store.db(b"deliveries_open")
         self._events = store.db(b"webhook_events")
+        self._newer: Callable[[bytes], Delivery | None] = _nothing_newer
+        self._newer_endpoint: Callable[[str], Endpoint | None] = _nothing_newer
+
+    def prefer(self, newer: Callable[[bytes], Delivery | None],
+               newer_endpoint: Callable[[str], Endpoint | None]) -> None:
+        """Reads of a stored delivery show ``newer(its 16-byte key)``, and of a
+        stored endpoint ``newer_endpoint(its id)``, when that is not None (the
+        owner's state, not yet committed)."""
+        self._newer = newer
+        self._newer_endpoint = newer_endpoint
 
     # -- keys -----------------------------------------------------------------
 
@@ -83,22 +105,31 @@ class WebhookStore:
     # -- reads ----------------------------------------------------------------
 
     def all_endpoints(self) -> list[Endpoint]:
+        """Every endpoint as committed."""
         return [decode(Endpoint, v) for _, v in self.store.scan(b"endpoints", b"")]
 
     def endpoints(self, project_id: str, mode: Mode) -> list[Endpoint]:
         rows = self.store.scan(b"endpoints", layout.scope(project_id, mode.value))
-        found = [decode(Endpoint, v) for _, v in rows]
+        found = [self._endpoint_of(k, v) for k, v in rows]
         return sorted(found, key=lambda e: (e.created_at_ms, e.id))
 
     def endpoint(self, project_id: str, mode: Mode, endpoint_id: str) -> Endpoint | None:
         with self.store.read() as txn:
             raw = txn.get(self.endpoint_key(project_id, mode, endpoint_id), db=self._endpoints)
-        return decode(Endpoint, bytes(raw)) if raw is not None else None
+        if raw is None:
+            return None
+        return self._newer_endpoint(endpoint_id) or decode(Endpoint, bytes(raw))
+
+    def _endpoint_of(self, key: bytes, raw: bytes) -> Endpoint:
+        return self._newer_endpoint(layout.from_uid(key[-16:])) or decode(Endpoint, raw)
 
     def delivery(self, delivery_id: str) -> Delivery | None:
+        key = layout.uid(delivery_id)
         with self.store.read() as txn:
-            raw = txn.get(layout.uid(delivery_id), db=self._deliveries)
-        return decode(Delivery, bytes(raw)) if raw is not None else None
+            raw = txn.get(key, db=self._deliveries)
+        if raw is None:
+            return None
+        return self._newer(key) or decode(Delivery, bytes(raw))
 
     def event(self, project_id: str, mode: Mode, event_id: str) -> WebhookEvent | None:
         with self.store.read() as txn:
@@ -106,7 +137,8 @@ class WebhookStore:
         return decode(WebhookEvent, bytes(raw)) if raw is not None else None
 
     def open_deliveries(self, endpoint_id: str | None = None) -> list[Delivery]:
-        """Queued, Sending and Retrying deliveries (of one endpoint, or all)."""
+        """Queued, Sending and Retrying deliveries (of one endpoint, or all), as
+        committed."""
         prefix = layout.uid(endpoint_id) if endpoint_id is not None else b""
         out: list[Delivery] = []
         with self.store.read() as txn:
@@ -131,7 +163,7 @@ class WebhookStore:
                 raw = txn.get(key[-16:], db=self._deliveries)
                 if raw is None:
                     continue
-                d = decode(Delivery, bytes(raw))
+                d = self._newer(key[-16:]) or decode(Delivery, bytes(raw))
                 if status is None or d.status is status:
                     out.append(d)
         return out
@@ -172,6 +204,23 @@ class WebhookStore:
         txn.put(eid + at + did, b"", db=self._by_endpoint)
         txn.put(at + did, layout.uid(project_id), db=self._by_time)
         self.save_delivery(txn, None, d)
+
+    def add_fan_outs(self, txn: lmdb.Transaction,
+                     planned: Sequence[tuple[bytes, FanOut | None]]) -> list[Delivery]:
+        """Acknowledge each outbox entry (key) and store its event, once, with its
+        deliveries (None: nothing to send; an event already stored was dispatched
+        before and is skipped). Returns the deliveries created."""
+        created: list[Delivery] = []
+        for key, fan in planned:
+            self.store.ack_outbox(txn, key)
+            if fan is None or self.has_event(txn, fan.event.project_id, fan.event.mode,
+                                             fan.event.id):
+                continue
+            self.put_event(txn, fan.event)
+            for d in fan.deliveries:
+                self.add_delivery(txn, fan.event.project_id, d)
+            created.extend(fan.deliveries)
+        return created
 
     def save_delivery(self, txn: lmdb.Transaction, before: Delivery | None,
                       after: Delivery) -> None:
@@ -228,6 +277,10 @@ class WebhookStore:
         txn.delete(self.endpoint_key(endpoint.project_id, endpoint.mode, endpoint.id),
                    db=self._endpoints)
         return len(keys)
+
+
+def _nothing_newer(key: object) -> None:
+    return None
 
 
 def _forward_keys(txn: lmdb.Transaction, db: Any, prefix: bytes) -> Iterator[bytes]:

@@ -177,6 +177,25 @@ class Delivery:
         )
 
 
+def new_delivery_id(now_ms: int, random10: bytes) -> str:
+    """A new delivery id: a UUID version 7 (RFC 9562), the creation time in Unix
+    milliseconds followed by 74 random bits.
+
+    Ids made one after another sort one after another, so the deliveries of a
+    dispatched batch, and their results, sit together in every index keyed by
+    id (a few B-tree pages per batch instead of one page per delivery).
+    """
+    if not 0 <= now_ms < 1 << 48:
+        raise ValueError("a delivery id needs a time of 0 to 2**48 - 1 ms")
+    if len(random10) < 10:
+        raise ValueError("a delivery id needs 10 random bytes")
+    b = bytearray(now_ms.to_bytes(6, "big") + random10[:10])
+    b[6] = (b[6] & 0x0F) | 0x70
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 def new_delivery(
     delivery_id: str, endpoint_id: str, event_id: str, event_type: str, mode: Mode, now_ms: int
 ) -> Delivery:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import attrs
@@ -260,3 +261,33 @@ def test_from_map_rejects_bad_records(change: dict[str, Any]) -> None:
     with pytest.raises(ValueError):  # RecordError, or the enum's ValueError
         wd.Delivery.from_map(mapped)
     assert issubclass(RecordError, ValueError)
+
+
+# -- delivery ids ---------------------------------------------------------------------
+
+@given(st.integers(0, (1 << 48) - 1), st.binary(min_size=10, max_size=10))
+def test_a_delivery_id_is_a_uuid_v7_carrying_its_time(now: int, random10: bytes) -> None:
+    text = wd.new_delivery_id(now, random10)
+    u = uuid.UUID(text)
+    assert str(u) == text  # canonical lower-case form
+    assert u.version == 7 and u.variant == uuid.RFC_4122
+    assert int.from_bytes(u.bytes[:6], "big") == now
+    # 74 bits of the randomness survive: 4 after the version, 8, 6 after the variant, 56
+    b = u.bytes
+    assert b[6] & 0x0F == random10[0] & 0x0F and b[7] == random10[1]
+    assert b[8] & 0x3F == random10[2] & 0x3F and b[9:] == random10[3:]
+
+
+@given(st.lists(st.integers(0, (1 << 48) - 1), min_size=2, max_size=20),
+       st.binary(min_size=10, max_size=10))
+def test_delivery_ids_sort_by_time(times: list[int], random10: bytes) -> None:
+    ids = [wd.new_delivery_id(t, random10) for t in sorted(times)]
+    assert ids == sorted(ids)
+
+
+@pytest.mark.parametrize(("now", "random10"), [(-1, bytes(10)), (1 << 48, bytes(10)),
+                                               (T0, bytes(9))])
+def test_a_delivery_id_needs_a_time_in_range_and_ten_random_bytes(
+        now: int, random10: bytes) -> None:
+    with pytest.raises(ValueError):
+        wd.new_delivery_id(now, random10)

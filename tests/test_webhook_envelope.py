@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import uuid
 from typing import Any
 
 import pytest
@@ -158,3 +159,19 @@ def test_click_data_rejects(overrides: dict[str, Any], field: str) -> None:
 )
 def test_referrer_host_of(referrer: str | None, host: str | None) -> None:
     assert env.referrer_host_of(referrer) == host
+
+
+@given(st.one_of(st.uuids().map(str), st.uuids().map(lambda u: str(u).upper()),
+                 st.uuids().map(lambda u: u.hex), st.uuids().map(lambda u: f"{{{u}}}"),
+                 st.text(max_size=40)))
+def test_an_id_is_accepted_exactly_when_it_is_canonical_uuid_text(value: str) -> None:
+    try:
+        canonical = str(uuid.UUID(value)) == value
+    except ValueError:
+        canonical = False
+    try:
+        env.envelope(value, "click", 0, PROJECT_ID, "live", {})
+    except ValidationError as e:
+        assert not canonical and e.field == "id"
+    else:
+        assert canonical

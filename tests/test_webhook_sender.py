@@ -13,9 +13,13 @@ import pytest
 import standardwebhooks
 import trio
 import trustme
+from hypothesis import given
+from hypothesis import strategies as st
 
 from actors.clock import SystemClock, TrioWallClock
-from actors.webhook_sender import HttpSender, SendJob
+from actors.webhook_sender import HttpSender, SendJob, signed_head
+from svc_engine import signing
+from svc_engine.errors import ValidationError
 from svc_engine.webhook_retry import classify_response
 from tests.raw_http_server import NO_CONTENT, Peer, answering, serving
 
@@ -184,3 +188,28 @@ async def test_each_attempt_is_judged_and_pooled_connections_follow_the_answer(
     assert server.local_addresses == ["127.0.0.1", "127.0.0.2"] and len(server.seen) == 4
     assert server.sni == ["hooks.example", "hooks.example"]
     assert dict(server.seen[0].headers)["host"] == f"hooks.example:{server.port}"
+
+
+@given(st.sampled_from(["click", "open", "install", "conversion", "test"]),
+       st.uuids().map(str), st.integers(0, 1 << 34), st.binary(max_size=200))
+def test_the_head_is_build_headers_in_order_then_length_and_encoding(
+        event_type: str, delivery_id: str, timestamp_s: int, body: bytes) -> None:
+    job = SendJob(delivery_id, "e-1", "https://hooks.example/in", SECRET, event_type, body)
+    head = signed_head(job, timestamp_s)
+    expected = signing.build_headers(SECRET, delivery_id, timestamp_s, body, event_type)
+    assert head[0] == (b"host", b"")  # the caller's
+    assert head[1:-2] == [(k.encode(), v.encode()) for k, v in expected.items()]
+    assert head[-2:] == [(b"content-length", str(len(body)).encode()),
+                         (b"accept-encoding", b"identity")]
+
+
+@pytest.mark.parametrize(("delivery_id", "event_type", "secret"), [
+    ("has.dot", "click", SECRET), ("d-1", "cli ck", SECRET), ("d-1", "", SECRET),
+    ("d-1", "click", "whsec_short")])
+def test_the_head_refuses_what_build_headers_refuses(
+        delivery_id: str, event_type: str, secret: str) -> None:
+    job = SendJob(delivery_id, "e-1", "https://hooks.example/in", secret, event_type, BODY)
+    with pytest.raises(ValidationError):
+        signing.build_headers(secret, delivery_id, 1, BODY, event_type)
+    with pytest.raises(ValidationError):
+        signed_head(job, 1)

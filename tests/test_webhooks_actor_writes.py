@@ -1,7 +1,8 @@
 """The WebhookActor's cheaper paths keep their promises: event bodies served
-from memory or read back from the store are the same bytes, and coalesced
-state writes (a report's write queued with the Sending writes it lets start)
-leave every delivery in its final state, never stuck in Sending."""
+from memory or read back from the store are the same bytes; an attempt in
+flight reads Sending while the store keeps what a crash must find (the
+waiting delivery and its deadline); held, coalesced state writes leave every
+delivery in its final state."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import trustme
 from actors import event_bodies
 from actors.clock import SystemClock
 from storage.lmdb_store import LmdbStore
+from storage.webhooks_store import attempt_deadline
 from svc_engine.webhook_delivery import DeliveryStatus
 from tests.conftest import App
 from tests.webhook_receiver_fixture import (
@@ -28,6 +30,7 @@ from tests.webhook_receiver_fixture import (
     running_receiver,
     webhook_config,
 )
+from web.webhook_receiver import Received, Reply
 
 
 @pytest.fixture
@@ -88,8 +91,41 @@ async def test_a_burst_ends_with_every_delivery_delivered_once(
             if len(found) == 120 and all(d.status is DeliveryStatus.DELIVERED for d in found):
                 break
             await trio.sleep(0.01)
-    await app.flush()
+    assert app.services.webhooks is not None
+    await app.services.webhooks.settle()  # the held results are committed
     assert all(len(d.attempts) == 1 for d in found)
     assert sorted(receiver.ids()) == sorted(d.id for d in found)
-    assert app.services.webhooks is not None
-    assert app.services.webhooks.tables.open_deliveries() == []  # none left Sending
+    assert app.services.webhooks.tables.open_deliveries() == []  # none left open
+
+
+async def test_an_attempt_in_flight_reads_sending_and_is_stored_waiting(
+        live: tuple[App, Receiver]) -> None:
+    app, receiver = live
+    actor = app.services.webhooks
+    assert actor is not None
+    release = trio.Event()
+
+    async def held_back(req: Received, n: int) -> Reply:
+        await release.wait()
+        return 204, [], b""
+
+    receiver.respond = held_back
+    await add_endpoint(app, receiver.url)
+    event = await emit(app, "click")
+    await receiver.wait_for(1)
+    [d] = deliveries_of(app, event.id)
+    async with app.client("sk_test") as c:
+        shown = (await c.get(f"/v1/webhooks/deliveries/{d.id}")).json()
+        listed = (await c.get("/v1/webhooks/deliveries", params={"status": "Sending"})).json()
+    assert shown["status"] == "Sending" and [r["id"] for r in listed["data"]] == [d.id]
+    # The store holds what a crash now must find: waiting, due, with its deadline.
+    await actor.settle()
+    [stored] = actor.tables.open_deliveries()
+    assert stored.id == d.id and stored.status is DeliveryStatus.QUEUED
+    deadline = attempt_deadline(stored)
+    assert deadline is not None and deadline in app.services.store.load_deadlines()
+    release.set()
+    await _all_final(app, [event.id])
+    await actor.settle()
+    assert actor.tables.open_deliveries() == []
+    assert deadline not in app.services.store.load_deadlines()
