@@ -45,7 +45,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 PUBLIC_URL = "http://bench.svc.test"
 ENV = {"SVC_PUBLIC_URL": PUBLIC_URL, "SVC_RATE_LIMIT_PER_KEY": "0",
-       "SVC_RATE_LIMIT_PER_CLIENT": "0", "SVC_COUNTRY_HEADER": "CF-IPCountry"}
+       "SVC_MAX_LAG_MS": "0", "SVC_RATE_LIMIT_PER_CLIENT": "0",
+       "SVC_COUNTRY_HEADER": "CF-IPCountry"}
 SDK = {"x-svc-sdk": "flutter/0.2.0", "content-type": "application/json"}
 SIZES = {"full": (1000, 100_000), "quick": (100, 10_000)}
 LAUNCHES = 3
