@@ -55,7 +55,8 @@ from bench.server import (
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV = {"SVC_RATE_LIMIT_PER_KEY": "0", "SVC_RATE_LIMIT_PER_CLIENT": "0",
-       "SVC_MAX_LAG_MS": "0", "SVC_COUNTRY_HEADER": "CF-IPCountry", "SVC_CLIENT_IP_HEADER": "X-Forwarded-For"}
+       "SVC_MAX_LAG_MS": "0", "SVC_COUNTRY_HEADER": "CF-IPCountry",
+       "SVC_CLIENT_IP_HEADER": "X-Forwarded-For"}
 SDK = {"x-svc-sdk": "flutter/0.2.0", "content-type": "application/json"}
 SCHEME = "exampleshop"
 PLATFORMS = {"ios": {"appStoreId": "1234567890", "bundleId": "com.example.shop",
