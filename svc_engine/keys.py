@@ -64,7 +64,8 @@ def parse_key(raw: str) -> ParsedKey | None:
     kind_s, mode_s, body = parts
     if kind_s not in ("pk", "sk") or mode_s not in ("test", "live"):
         return None
-    if len(body) != _BODY_LEN or any(c not in _B62 for c in body):
+    # isascii + isalnum is exactly the base62 alphabet, checked in C
+    if len(body) != _BODY_LEN or not (body.isascii() and body.isalnum()):
         return None
     return ParsedKey(KeyKind(kind_s), Mode(mode_s), raw)
 

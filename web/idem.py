@@ -51,10 +51,10 @@ class IdempotencyGuard:
     async def run(self, req: Request, scope: str, body: bytes,
                   handler: Callable[[IdemSlot], Awaitable[Response]]) -> Response:
         key = check_key(req.header("idempotency-key"))
-        fp = fingerprint(req.method, req.path, body)
         now = self._services.clock.now_ms()
-        if key is None:
-            return await handler(IdemSlot(scope, None, fp, now))
+        if key is None:  # nothing to record: no fingerprint (a body can be 1 MiB)
+            return await handler(IdemSlot(scope, None, b"", now))
+        fp = fingerprint(req.method, req.path, body)
         lock_key = (scope, key)
         lock, users = self._locks.get(lock_key, (trio.Lock(), 0))
         self._locks[lock_key] = (lock, users + 1)
