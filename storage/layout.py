@@ -51,8 +51,9 @@ DATABASES = (
                              # | click id -> link id (schema 3)
     b"tokens_by_time",   # expires ms | token -> b"" (expiry sweep)
     b"opens",            # project | mode | ms | open id -> Open
-    b"events",           # project | mode | ms | event id -> SdkEvent
-    b"event_ids",        # project | mode | install id | event id -> ms (deduplication)
+    b"events",           # project | mode | second | arrival | ms | event id -> event (v2;
+                         #   storage/event_records.py has both versions)
+    b"event_ids",        # project | mode | install id | event id -> key middle (dedup)
     b"counters",         # analytics counter key -> CBOR number or decimal string
     b"endpoints",        # project | mode | endpoint id -> Endpoint
     b"deliveries",       # delivery id -> Delivery
