@@ -26,7 +26,7 @@ from bench.report_render import (
 SECTIONS: tuple[str, ...] = ("attribution", "overload", "scale", "scale_lite", "memory",
                              "webhooks")
 TITLES = {"attribution": "Attribution throughput, precision and recall",
-          "overload": "Overload: 256 connections and the admission limit",
+          "overload": "Overload: 256 connections and load shedding",
           "scale": "Scale: 1 million links, 10 million clicks",
           "scale_lite": "Scale, smaller step (run by make bench)",
           "memory": "Memory",
