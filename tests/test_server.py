@@ -442,3 +442,24 @@ async def test_while_shedding_requests_get_a_quick_503_on_a_kept_connection(
     server.shedding = False
     await c.stream.send_all(get("/z"))
     assert (await c.response())[1] == b"path=/z query="
+
+
+async def test_a_body_cut_off_by_the_client_is_never_handed_over_as_whole() -> None:
+    from web.http import Request
+
+    seen: list[object] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            seen.append(await Request(scope, receive).body(1 << 20))
+        except Exception as e:  # recorded for the assertion
+            seen.append(e)
+
+    server = HttpServer(app, ServerSettings(host="127.0.0.1", port=0))
+    client_end, server_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.serve_stream, server_end, None, None)
+        await client_end.send_all(get("/echo", b"content-length: 10\r\n", method=b"POST")
+                                  + b"{}   ")
+        await client_end.aclose()
+    assert len(seen) == 1 and "closed before the whole body" in str(seen[0])

@@ -92,8 +92,8 @@ class Request:
         size = 0
         while True:
             message = await self._receive()
-            if message["type"] == "http.disconnect":
-                break
+            if message["type"] == "http.disconnect":  # never act on a cut-off body
+                raise ValidationError("the connection closed before the whole body arrived")
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
