@@ -41,6 +41,7 @@ period, after which they are cancelled.
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import ssl
@@ -63,6 +64,7 @@ AsgiApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message],
                    Awaitable[None]]
 
 RECEIVE_SIZE = 65536
+_GONE_BEFORE_ACCEPT = {errno.ECONNABORTED, errno.EPROTO, errno.EPERM}
 DRAIN_LIMIT = 1 << 20
 ASGI = {"version": "3.0", "spec_version": "2.3"}
 _CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
@@ -168,8 +170,10 @@ class HttpServer:
                         raw, _ = sock._sock.accept()  # type: ignore[attr-defined]
                     except BlockingIOError:
                         break
-                    except OSError as e:  # out of file descriptors and the like: wait, retry
-                        log.error("accept failed: %s", e)
+                    except OSError as e:
+                        if e.errno in _GONE_BEFORE_ACCEPT:
+                            continue  # the client gave up while queued: next one
+                        log.error("accept failed: %s", e)  # out of descriptors, memory
                         await trio.sleep(0.1)
                         break
                     raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
