@@ -234,6 +234,8 @@ class AttributionStore:
                                         platform=install.platform,
                                         confidence=install.confidence.value,
                                         method=a.method.value if a else None))
+        if not self.store.wants_webhooks(txn, install.project_id, install.mode.value):
+            return  # no endpoint: build no event (its data costs more than the check)
         self.store.append_outbox(txn, OutboxEvent(
             id=event_id, type=EventType.INSTALL, project_id=install.project_id,
             mode=install.mode.value, created_at_ms=now_ms,
@@ -281,6 +283,8 @@ class AttributionStore:
         counters.increment(txn, self._db[b"counters"], project_id, mode.value,
                            open_keys(link_id=link.id, at_ms=now_ms, platform=platform,
                                      method=method.value))
+        if not self.store.wants_webhooks(txn, project_id, mode.value):
+            return
         self.store.append_outbox(txn, OutboxEvent(
             id=open_id, type=EventType.OPEN, project_id=project_id, mode=mode.value,
             created_at_ms=now_ms,

@@ -23,6 +23,7 @@ Decisions where SPEC.md is silent:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -74,8 +75,14 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def iso_utc(ms: int) -> str:
     """Milliseconds since the epoch as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
-    dt = _EPOCH + timedelta(milliseconds=ms)
-    return f"{dt:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
+    return f"{_iso_second(ms // 1000)}.{ms % 1000:03d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _iso_second(second: int) -> str:
+    """The date and time of one second (datetime arithmetic and strftime cost
+    several µs; records made in the same second share it)."""
+    return f"{_EPOCH + timedelta(seconds=second):%Y-%m-%dT%H:%M:%S}"
 
 
 # -- URLs of links ---------------------------------------------------------------
