@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bench import report_sections
-from bench.results import BASELINES, RunRecord, TargetResult
+from bench.results import AGAIN, BASELINES, RunRecord, TargetResult
 from bench.wrk import wrk_version
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -245,7 +245,9 @@ def render_readme(record: RunRecord, kept: str, sections: Mapping[str, str] | No
         "",
         render_table(record),
         "",
-        f"Ratios: this path's req/s at c{c} divided by the baseline's, same run.",
+        f"Ratios: this path's req/s at c{c} divided by the baseline's, same run: the "
+        f"mean of the baseline measured before the paths and again after them "
+        f"(rows `{AGAIN}`), so a drift of the machine during the run counts on both sides.",
         "",
     ]
     if not service:

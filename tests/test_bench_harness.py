@@ -138,3 +138,13 @@ def test_post_targets_check_the_path_their_script_loads() -> None:
     for target in all_targets():
         if target.method == "POST":
             assert target.paths[0].startswith("/v1/"), target.name
+
+
+def test_a_baseline_measured_again_counts_as_the_mean_of_both() -> None:
+    from bench.results import AGAIN
+
+    ratios = compute_ratios({HYPERCORN_302: 3000.0, HYPERCORN_302 + AGAIN: 2000.0,
+                             H11_302: 10_000.0, "init": 2250.0})
+    assert ratios["init"][HYPERCORN_302] == pytest.approx(0.9)
+    assert ratios[HYPERCORN_302 + AGAIN][HYPERCORN_302] == pytest.approx(0.8)
+    assert ratios["init"][H11_302] == pytest.approx(0.225)  # measured once: itself
