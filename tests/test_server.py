@@ -463,3 +463,15 @@ async def test_a_body_cut_off_by_the_client_is_never_handed_over_as_whole() -> N
                                   + b"{}   ")
         await client_end.aclose()
     assert len(seen) == 1 and "closed before the whole body" in str(seen[0])
+
+
+def test_the_service_configuration_reaches_the_server() -> None:
+    from svc_engine.config import Config
+    from web.main import server_settings
+
+    s = server_settings(Config(max_lag_ms=50, max_connections=7, shutdown_grace_s=3))
+    assert (s.max_lag_s, s.max_connections, s.shutdown_grace_s) == (0.05, 7, 3.0)
+    assert s.certfile is None and s.keyfile is None
+    tls = server_settings(Config(certfile="c.pem", keyfile="k.pem"))
+    assert (tls.certfile, tls.keyfile) == ("c.pem", "k.pem")
+    assert server_settings(Config(certfile="c.pem")).certfile is None  # both or neither
