@@ -9,9 +9,11 @@ Records (``scope`` is project (16) | mode (1); integers big-endian):
   rounded down to the second; plus the ms within it, that is the exact time.
 - ``events``, version 1 (still read, never written): scope | occurredAt ms (8)
   | event id (16) -> ``01`` | receivedAt ms (8) | install id (16) | event JSON.
-- ``event_ids``: scope | install id (16) | event id (16) -> the part of the
-  event's key between scope and event id (18 bytes; 8 for version 1), so
-  ``scope + value + event id`` is the event's key either way.
+- ``event_ids`` (schema 4): scope | install id (16) | sent ms (8) | event id
+  (16) -> the part of the event's key between scope and event id (18 bytes;
+  8 for version 1), so ``scope + value + event id`` is the event's key either
+  way. ``sent ms`` is ``occurredAt`` exactly as the app sent it (not clamped
+  to arrival): a resent batch repeats it, so a resend finds the entry.
 
 Why version 2 orders by the second first and by arrival within it: keyed by
 the exact time, the events of a batch landed among those of every other
@@ -24,6 +26,14 @@ range of time still reads one key range (rounded down to the second and
 filtered); within a second, events come in the order they arrived. (A version
 1 record, kept until retention removes it, sorts after the version 2 records
 of its second.)
+
+Why the dedup entries are ordered by time within an install (schema 4):
+keyed by install and the random event id alone, an install's entries grew in
+random order, so the 100 ids of a batch landed on as many pages of that
+install's range as it had (an install that sent 1,000 events had 20): at
+100,000 events a second the dedup index cost more than the events
+themselves. By time, a batch's entries go together at the end of the
+install's range: one or two pages, however long the install's history.
 
 The event JSON is ``{"id", "name", "properties", "linkId", "occurredAt"}``
 with ``occurredAt`` exactly as the app sent it, assembled from the pieces the
@@ -47,6 +57,7 @@ import orjson
 
 from svc_engine.event_batch import EventRows
 from svc_engine.events import revenue
+from svc_engine.sdk_requests import parse_timestamp_ms
 
 VERSION = 2
 V1_KEY_SIZE = 17 + 8 + 16
@@ -54,6 +65,7 @@ _V1_HEADER = struct.Struct(">BQ16s")  # version, receivedAt ms, install id
 _HEADER = struct.Struct(">B16s")  # version, install id
 _PLACE = struct.Struct(">QQH")  # second, receivedAt ms, ms within the second
 _MS = struct.Struct(">Q")
+_OCCURRED_AT = b',"occurredAt":"'
 _JSON = b'{"id":"%s","name":%s,"properties":%s,"linkId":%s,"occurredAt":"%s"}'
 _ONLY_DICT = frozenset({dict})
 _ONLY_NONE = frozenset({type(None)})
@@ -120,6 +132,29 @@ class StoredEvent:
         return decoded
 
 
+def sent_at_ms(event_json: bytes) -> int:
+    """The time a stored event's ``occurredAt`` says, exactly (its dedup
+    entry's time; see the module doc). Version 2 JSON ends with it; for
+    anything else the JSON is decoded."""
+    head, _, tail = event_json.rpartition(_OCCURRED_AT)
+    text = tail[:-2].decode() if head and tail.endswith(b'"}') and b'"' not in tail[:-2] \
+        else str(orjson.loads(event_json)["occurredAt"])
+    ms = parse_timestamp_ms(text)
+    if ms is None:
+        raise ValueError(f"a stored event's occurredAt is not a time: {text!r}")
+    return ms
+
+
+def event_json(key: bytes, value: bytes) -> bytes:
+    """The JSON part of a stored event's value, either version."""
+    return value[_V1_HEADER.size if len(key) == V1_KEY_SIZE else _HEADER.size:]
+
+
+def dedup_key(scope: bytes, install16: bytes, sent_ms: int, id16: bytes) -> bytes:
+    """An event's ``event_ids`` key (see the module doc)."""
+    return scope + install16 + _MS.pack(sent_ms) + id16
+
+
 def received_and_install(key: bytes, value: bytes) -> tuple[int, bytes]:
     """A stored event's arrival time and install id (16 bytes), either version."""
     if len(key) == V1_KEY_SIZE:
@@ -146,8 +181,9 @@ class NewEvents:
     one does: this runs for every event.
 
     ``places[i]`` is event i's key between scope and event id (and its dedup
-    entry's value); ``values[i]`` its stored value; ``revenue`` is None when
-    no event of the batch carries revenue."""
+    entry's value); ``dedup[i]`` its dedup key after scope and install (sent
+    ms and id); ``values[i]`` its stored value; ``revenue`` is None when no
+    event of the batch carries revenue."""
 
     received_at_ms: int
     ids: tuple[str, ...]
@@ -157,6 +193,7 @@ class NewEvents:
     occurred_at_ms: tuple[int, ...]
     revenue: tuple[Revenue | None, ...] | None
     places: tuple[bytes, ...]
+    dedup: tuple[bytes, ...]
     values: tuple[bytes, ...]
     distinct: bool  # no id occurs twice in the batch
 
@@ -186,13 +223,21 @@ class NewEvents:
             id_text, names, rows.properties_json, links, occurred_text, strict=True)))
         times = rows.occurred_at_ms
         within = list(map(operator.mod, times, itertools.repeat(1000)))
-        places = _pieces(_PLACE.size, n).unpack(struct.pack(
-            ">" + "QQH" * n, *itertools.chain.from_iterable(zip(
-                map(operator.sub, times, within), itertools.repeat(received_at_ms), within))))
+        places = _pieces(_PLACE.size, n).unpack(_packer("QQH", n).pack(
+            *itertools.chain.from_iterable(zip(map(operator.sub, times, within),
+                                               itertools.repeat(received_at_ms), within))))
+        dedup = _pieces(_MS.size + 16, n).unpack(_packer("Q16s", n).pack(
+            *itertools.chain.from_iterable(zip(rows.sent_at_ms, id16, strict=True))))
         return cls(received_at_ms=received_at_ms, ids=rows.ids, id16=id16, names=rows.names,
                    link_ids=rows.link_ids, occurred_at_ms=times,
-                   revenue=_revenues(rows.properties), places=places, values=values,
-                   distinct=len(set(id16)) == n)
+                   revenue=_revenues(rows.properties), places=places, dedup=dedup,
+                   values=values, distinct=len(set(id16)) == n)
+
+
+@functools.lru_cache(maxsize=256)
+def _packer(fields: str, n: int) -> struct.Struct:
+    """Packs ``n`` times ``fields``, big-endian."""
+    return struct.Struct(">" + fields * n)
 
 
 @functools.lru_cache(maxsize=256)

@@ -53,7 +53,8 @@ DATABASES = (
     b"opens",            # project | mode | ms | open id -> Open
     b"events",           # project | mode | second | arrival | ms | event id -> event (v2;
                          #   storage/event_records.py has both versions)
-    b"event_ids",        # project | mode | install id | event id -> key middle (dedup)
+    b"event_ids",        # project | mode | install id | sent ms | event id -> key middle
+                         # (dedup; by sent ms since schema 4)
     b"counters",         # analytics counter key -> CBOR number or decimal string
     b"endpoints",        # project | mode | endpoint id -> Endpoint
     b"deliveries",       # delivery id -> Delivery

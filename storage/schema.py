@@ -15,7 +15,7 @@ import lmdb
 
 from storage import layout
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _KEY = b"schema_version"
 Databases = dict[bytes, Any]
 
@@ -53,11 +53,47 @@ def _index_click_window(txn: lmdb.Transaction, dbs: Databases) -> None:
                     db=by_net)
 
 
+def _order_event_ids_by_time(txn: lmdb.Transaction, dbs: Databases) -> None:
+    """4: an event's dedup entry is keyed by install, the time the event says
+    it occurred and id (was: install and id), so a batch's entries are written
+    together instead of one page each (storage/event_records.py). The time
+    comes from the stored event's ``occurredAt``. Rewritten a slice at a time:
+    the old keys (49 bytes) and the new (57) share the database, and a slice
+    is read before any of it is rewritten."""
+    from storage.event_records import dedup_key, event_json, sent_at_ms
+
+    ids, events = dbs[b"event_ids"], dbs[b"events"]
+    resume = b""
+    while True:
+        old: list[tuple[bytes, bytes]] = []
+        cur = txn.cursor(db=ids)
+        ok = cur.set_range(resume)
+        while ok and len(old) < 10_000:
+            key = bytes(cur.key())
+            if len(key) == _OLD_EVENT_ID_KEY:
+                old.append((key, bytes(cur.value())))
+            ok = cur.next()
+        if not old:
+            return
+        for key, middle in old:
+            scope, install, id16 = key[:17], key[17:33], key[33:]
+            event_key = scope + middle + id16
+            raw = txn.get(event_key, db=events)
+            txn.delete(key, db=ids)
+            if raw is not None:  # (an entry whose event is gone has nothing to dedup)
+                sent = sent_at_ms(event_json(event_key, bytes(raw)))
+                txn.put(dedup_key(scope, install, sent, id16), middle, db=ids)
+        resume = old[-1][0] + b"\x00"
+
+
+_OLD_EVENT_ID_KEY = 17 + 16 + 16
+
 # version N -> function taking the write txn and the databases, bringing data
 # from N-1 to N.
 MIGRATIONS: dict[int, Callable[[lmdb.Transaction, Databases], None]] = {
     2: _index_installs_by_time,
     3: _index_click_window,
+    4: _order_event_ids_by_time,
 }
 
 

@@ -117,7 +117,9 @@ class EventRows:
     One record per batch, not per event: the hot path never builds a record
     per event. ``properties_json`` is each ``properties`` as the encoder gave
     it (what the 8 KiB limit measured), ready to store; ``occurred_at`` is
-    the text the app sent, ``occurred_at_ms`` that time clamped to arrival."""
+    the text the app sent, ``sent_at_ms`` its time exactly (what a resent
+    batch repeats, so what deduplication keys on) and ``occurred_at_ms`` that
+    time clamped to arrival."""
 
     install_id: str
     ids: tuple[str, ...]
@@ -128,6 +130,7 @@ class EventRows:
     link_ids: tuple[str | None, ...]
     occurred_at_ms: tuple[int, ...]
     occurred_at: tuple[str, ...]
+    sent_at_ms: tuple[int, ...]
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -168,7 +171,8 @@ def parse_events_batch(body: object, *, now_ms: int,
 # --- the fast check ----------------------------------------------------------------------
 
 _Rows = tuple[tuple[str, ...], bytes, tuple[str, ...], tuple[dict[str, object], ...],
-              tuple[bytes, ...], tuple[str | None, ...], tuple[int, ...], tuple[str, ...]]
+              tuple[bytes, ...], tuple[str | None, ...], tuple[int, ...], tuple[str, ...],
+              tuple[int, ...]]
 
 
 def _fast_rows(items: list[Any], now_ms: int, encode_all: EncodeAll) -> _Rows | None:
@@ -219,10 +223,11 @@ def _fast_rows(items: list[Any], now_ms: int, encode_all: EncodeAll) -> _Rows | 
     # occurredAt
     if set(map(type, occurred)) != _ONLY_STR:
         return None
-    times = _times(occurred, now_ms)
-    if times is None:
+    sent = _times(occurred)
+    if sent is None:
         return None
-    return (*checked_ids, names, properties, tuple(encoded), link_ids, times, occurred)
+    times = sent if max(sent) <= now_ms else tuple(map(min, sent, itertools.repeat(now_ms)))
+    return (*checked_ids, names, properties, tuple(encoded), link_ids, times, occurred, sent)
 
 
 def _canonical_uuids(ids: Sequence[Any]) -> tuple[tuple[str, ...], bytes] | None:
@@ -271,8 +276,8 @@ def _openers(text: bytes) -> int:
     return text.count(b"{") + text.count(b"[")
 
 
-def _times(texts: Sequence[str], now_ms: int) -> tuple[int, ...] | None:
-    """Each text's time in ms, clamped to ``now_ms``; None if one is invalid."""
+def _times(texts: Sequence[str]) -> tuple[int, ...] | None:
+    """Each text's time in ms; None if one is invalid."""
     out = _zulu_times(texts)
     if out is None:
         out = []
@@ -281,8 +286,6 @@ def _times(texts: Sequence[str], now_ms: int) -> tuple[int, ...] | None:
             if ms is None:
                 return None
             out.append(ms)
-    if max(out) > now_ms:
-        return tuple(map(min, out, itertools.repeat(now_ms)))
     return tuple(out)
 
 
@@ -331,13 +334,14 @@ def _second_ms(prefix: str) -> int | None:
 
 
 def _reference_rows(items: list[Any], now_ms: int, encode_all: EncodeAll) -> _Rows:
-    checked = [_event(item, i, now_ms, encode_all) for i, item in enumerate(items)]
-    ids, names, properties, encoded, link_ids, times, occurred = zip(*checked, strict=True)
+    checked = [_event(item, i, encode_all) for i, item in enumerate(items)]
+    ids, names, properties, encoded, link_ids, sent, occurred = zip(*checked, strict=True)
     binary = bytes.fromhex("".join(ids).replace("-", ""))
-    return ids, binary, names, properties, encoded, link_ids, times, occurred
+    times = tuple(map(min, sent, itertools.repeat(now_ms)))
+    return ids, binary, names, properties, encoded, link_ids, times, occurred, sent
 
 
-def _event(item: object, index: int, now_ms: int, encode_all: EncodeAll,
+def _event(item: object, index: int, encode_all: EncodeAll,
            ) -> tuple[str, str, dict[str, object], bytes, str | None, int, str]:
     # Field names are built only for an error.
     if not isinstance(item, dict):
@@ -376,8 +380,7 @@ def _event(item: object, index: int, now_ms: int, encode_all: EncodeAll,
                                   field=f"events[{index}].linkId")
         link_id = link_id.lower()
     assert isinstance(occurred, str)
-    return (event_id.lower(), name, properties, encoded, link_id,
-            min(occurred_ms, now_ms), occurred)
+    return event_id.lower(), name, properties, encoded, link_id, occurred_ms, occurred
 
 
 def _properties_json(value: object, encode_all: EncodeAll) -> bytes | None:

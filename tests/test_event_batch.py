@@ -221,6 +221,7 @@ def test_rows_of_a_valid_batch(encode: EncodeAll) -> None:
     assert rows.link_ids == (LINK, None)
     assert rows.occurred_at_ms == (1_793_527_200_123, NOW)  # the second is clamped
     assert rows.occurred_at == ("2026-11-01T10:00:00.123Z", "2999-01-01T00:00:00Z")
+    assert rows.sent_at_ms == (1_793_527_200_123, 32_472_144_000_000)  # as sent
     batch = parse_events_batch({"installId": INSTALL, "events": [event()]}, now_ms=NOW)
     assert batch.events == parse_event_rows(
         {"installId": INSTALL, "events": [event()]}, now_ms=NOW).inputs()
@@ -242,7 +243,7 @@ def test_times_of_every_shape_agree_with_the_reference(text: str, ms: int) -> No
     fast = event_batch._fast_rows(items, NOW, encode_all_orjson)
     assert fast is not None and fast == event_batch._reference_rows(items, NOW,
                                                                      encode_all_orjson)
-    assert fast[-2] == (ms, ms, ms)
+    assert fast[-3] == fast[-1] == (ms, ms, ms)  # clamped and as sent (in the past: equal)
 
 
 @pytest.mark.parametrize("bad", [

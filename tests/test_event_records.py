@@ -20,8 +20,10 @@ from storage.event_records import (
     V1_KEY_SIZE,
     NewEvents,
     StoredEvent,
+    dedup_key,
     encode_all,
     received_and_install,
+    sent_at_ms,
     uid16,
 )
 from storage.events_store import EventsStore, _sums
@@ -82,6 +84,9 @@ def test_new_events_hold_the_stored_json_and_key_parts() -> None:
     assert new.places == (struct.pack(">QQH", occurred - 123, NOW, 123),
                           struct.pack(">QQH", NOW - NOW % 1000, NOW, NOW % 1000))
     assert new.revenue == (("EUR", decimal.Decimal(0)), None)
+    # dedup keys on the time as sent, not clamped to arrival
+    assert new.dedup == (struct.pack(">Q", occurred) + new.id16[0],
+                         struct.pack(">Q", 32_472_144_000_000) + new.id16[1])
     assert not new_events([ev(0), ev(0)]).distinct
     assert new_events([ev(0, properties={"k": 1})]).revenue is None
 
@@ -161,8 +166,9 @@ async def put_v1(store: LmdbStore, event_id: str, occurred_ms: int, received_ms:
         txn.put(scope + struct.pack(">Q", occurred_ms) + uid16(event_id),
                 struct.pack(">BQ16s", 1, received_ms, uid16(INSTALL)) + json,
                 db=store.db(b"events"))
-        txn.put(scope + uid16(INSTALL) + uid16(event_id), struct.pack(">Q", occurred_ms),
-                db=store.db(b"event_ids"))
+        # its dedup entry as the schema 4 migration leaves it
+        txn.put(dedup_key(scope, uid16(INSTALL), occurred_ms, uid16(event_id)),
+                struct.pack(">Q", occurred_ms), db=store.db(b"event_ids"))
 
     await store.write(op)
 
@@ -220,3 +226,104 @@ def test_a_newer_record_version_is_refused() -> None:
     key = layout.scope(PROJECT, "live") + b"\x00" * 34
     with pytest.raises(ValueError, match="newer"):
         StoredEvent.from_item(key, b"\x03" + b"\x00" * 16 + b"{}")
+
+
+@pytest.mark.parametrize(("text", "ms"), [
+    ("2026-11-01T10:00:00.123Z", 1_793_527_200_123),
+    ("2026-11-01T11:00:00.5+01:00", 1_793_527_200_500),
+    ("2026-11-01T10:00:00Z", 1_793_527_200_000),
+])
+def test_the_sent_time_is_read_back_from_either_json(text: str, ms: int) -> None:
+    new = new_events([ev(0, occurredAt=text, properties={"x": ',"occurredAt":"1970"}'})])
+    assert sent_at_ms(new.json(0)) == ms
+    v1 = orjson.dumps({"occurredAt": text, "id": "x", "properties": {}})  # another order
+    assert sent_at_ms(v1) == ms
+
+
+async def test_a_resent_event_from_a_clock_ahead_is_a_duplicate(store: LmdbStore) -> None:
+    events = await registered(store)
+    ahead = ev(1, occurredAt="2999-01-01T00:00:00Z")  # clamped to each arrival
+    assert (await record(events, [ahead])).to_json() == {"accepted": 1, "duplicates": 0}
+    again = await record(events, [ahead, ev(2)], now=NOW + 60_000)
+    assert again.to_json() == {"accepted": 1, "duplicates": 1}
+    got = events.get(PROJECT, Mode.LIVE, INSTALL, ahead["id"])
+    assert got is not None and got.occurred_at_ms == got.received_at_ms == NOW
+
+
+async def test_a_batch_dirties_few_pages_however_long_the_install_history(
+        store: LmdbStore) -> None:
+    """The dedup entries of a batch go together at the end of the install's
+    range: with 4,000 earlier events of the install, a batch of 100 adds
+    entries to at most a few leaf pages of ``event_ids``."""
+    events = await registered(store)
+    second = NOW - NOW % 1000
+    for n in range(40):
+        items = [ev(n * 100 + i, occurredAt=_iso(second - (40 - n) * 1000 + i))
+                 for i in range(100)]
+        await record(events, items, now=NOW + n)
+    with store.read() as txn:
+        before = txn.stat(store.db(b"event_ids"))
+    items = [ev(5000 + i, occurredAt=_iso(second + i)) for i in range(100)]
+
+    def pages_touched(txn: Any) -> int:
+        new = new_events(items, NOW + 100)
+        keys = [layout.scope(PROJECT, "live") + uid16(INSTALL) + d for d in new.dedup]
+        cur = txn.cursor(db=store.db(b"event_ids"))
+        # keys that fall between the same two existing neighbours share a leaf
+        gaps = {bytes(cur.key()) if cur.set_range(k) else b"" for k in keys}
+        return len(gaps)
+
+    with store.read() as txn:
+        assert before["entries"] == 4000 and before["leaf_pages"] >= 40
+        assert pages_touched(txn) == 1  # all 100 go after the install's last entry
+    assert (await record(events, items, now=NOW + 100)).accepted == 100
+
+
+def _iso(ms: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+async def test_migration_to_schema_4_orders_the_dedup_entries_by_time(tmp_path: Any) -> None:
+    import trio
+
+    from storage.schema import SCHEMA_VERSION
+
+    path = str(tmp_path / "v3")
+    s = LmdbStore(path, map_size=64 << 20)
+    items = [ev(i, occurredAt=f"2026-11-01T10:00:0{i % 3}.{100 + i}Z") for i in range(5)]
+    scope, ids = layout.scope(PROJECT, "live"), s.db(b"event_ids")
+    async with trio.open_nursery() as n:
+        await n.start(s.writer.run)
+        events = await registered(s)
+        await record(events, items)
+        await put_v1(s, ev(9)["id"], 1_793_527_200_123, NOW - 10, orjson.dumps(ev(9)))
+        s.writer.close()
+    with s.env.begin(write=True) as txn:  # the data dir as schema 3 left it
+        entries = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=ids).iternext()]
+        assert len(entries) == 6
+        for key, middle in entries:
+            txn.delete(key, db=ids)
+            txn.put(key[:33] + key[-16:], middle, db=ids)
+        txn.put(scope + uid16(INSTALL) + uid16(ev(20)["id"]), b"\x00" * 18, db=ids)  # no event
+        txn.put(b"schema_version", b"3", db=s.db(b"meta"))
+    s.close()
+    s = LmdbStore(path, map_size=64 << 20)
+    try:
+        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
+        ids = s.db(b"event_ids")
+        with s.read() as txn:
+            assert [(bytes(k), bytes(v)) for k, v in txn.cursor(db=ids).iternext()] == entries
+        async with trio.open_nursery() as n:
+            await n.start(s.writer.run)
+            events = EventsStore(s)
+            again = await record(events, [*items, ev(9), ev(10)], now=NOW + 5)
+            assert again.to_json() == {"accepted": 1, "duplicates": 6}
+            assert await events.purge(NOW + 6) == 7
+            s.writer.close()
+        with s.read() as txn:
+            assert txn.stat(ids)["entries"] == 0
+    finally:
+        s.close()
