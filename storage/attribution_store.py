@@ -89,7 +89,7 @@ class AttributionStore:
         self.public_url = public_url
         self._db = {name: store.db(name) for name in (
             b"clicks", b"tokens", b"tokens_by_time", b"installs", b"installs_by_time",
-            b"install_decisions", b"opens", b"counters", b"links")}
+            b"opens", b"counters", b"links")}
         self.click_window = ClickWindow(store)
         self.handoffs = HandoffsStore(store, self)
 
@@ -116,9 +116,12 @@ class AttributionStore:
 
     def decision(self, project_id: str, mode: str, install_id: str) -> DecisionRecord | None:
         with self.store.read() as txn:
-            raw = txn.get(_install_key(project_id, mode, install_id),
-                          db=self._db[b"install_decisions"])
-        return decode(DecisionRecord, bytes(raw)) if raw is not None else None
+            found = txn.get(_install_key(project_id, mode, install_id), db=self._db[b"installs"])
+            if found is None:
+                return None
+            install = decode(Install, bytes(found))
+            raw = txn.get(_time_key(install), db=self._db[b"installs_by_time"])
+        return decode(DecisionRecord, bytes(raw)) if raw else None
 
     def recent_clicks(self, project_id: str, mode: str, limit: int = 50) -> list[Click]:
         rows = self.store.scan(b"clicks", layout.scope(project_id, mode), reverse=True,
@@ -192,8 +195,9 @@ class AttributionStore:
             if is_first_launch:
                 found = self.click_window.candidates(txn, project_id, launch, settings,
                                                      net_hash, now_ms)
+                token = self._token(txn, launch.referrer_token)
                 decision = decide_from_candidates(
-                    launch, token=self._token(txn, launch.referrer_token),
+                    launch, token=token,
                     network=found.network, cohort=found.cohort, settings=settings,
                     net_hash=net_hash, now_ms=now_ms)
                 if isinstance(decision, Matched):
@@ -201,16 +205,16 @@ class AttributionStore:
                     if link is None:  # deleted since the tap: nothing to deliver
                         decision = Unattributed(trials=decision.trials)
                     else:
-                        self._consume_token(txn, decision.consume_token)
+                        if token is not None and decision.consume_token == token.token:
+                            txn.put(token.token.encode(), encode(token.consumed()),
+                                    db=db[b"tokens"])
                         self.click_window.consume(txn, project_id, mode.value, decision, found)
                         new = attrs.evolve(install, attribution=decision.attribution)
-                txn.put(layout.scope(project_id, mode.value) + layout.uid(install.install_id),
-                        encode(DecisionRecord.of(decision, now_ms)),
-                        db=db[b"install_decisions"])
                 self._count_install(txn, new, event_id, now_ms)
             txn.put(key, encode(new), db=db[b"installs"])
-            txn.put(layout.scope(project_id, mode.value) + layout.ms(new.created_at_ms)
-                    + layout.uid(new.install_id), b"", db=db[b"installs_by_time"])
+            # the time index holds the first launch's decision: no tree of its own to write
+            judged = encode(DecisionRecord.of(decision, now_ms)) if decision is not None else b""
+            txn.put(_time_key(new), judged, db=db[b"installs_by_time"])
             result = LaunchResult(new, link, decision, created=True)
             self.store.record_response(txn, idem, result)
             return result
@@ -220,11 +224,6 @@ class AttributionStore:
     def _token(self, txn: lmdb.Transaction, token: str | None) -> Token | None:
         raw = txn.get(token.encode(), db=self._db[b"tokens"]) if token is not None else None
         return decode(Token, bytes(raw)) if raw is not None else None
-
-    def _consume_token(self, txn: lmdb.Transaction, token: str | None) -> None:
-        found = self._token(txn, token)
-        if found is not None:
-            txn.put(found.token.encode(), encode(found.consumed()), db=self._db[b"tokens"])
 
     def _count_install(self, txn: lmdb.Transaction, install: Install, event_id: str,
                        now_ms: int) -> None:
@@ -344,7 +343,7 @@ class AttributionStore:
     def live_link(self, txn: lmdb.Transaction, link_id: str) -> Link | None:
         """The link, unless it does not exist or was deleted."""
         raw = txn.get(layout.uid(link_id), db=self._db[b"links"])
-        link = decode(Link, bytes(raw)) if raw is not None else None
+        link = self.store.cache.decode(Link, bytes(raw)) if raw is not None else None
         return None if link is None or link.deleted else link
 
 
@@ -381,3 +380,10 @@ class DecisionRecord:
 
 def _install_key(project_id: str, mode: str, install_id: str) -> bytes:
     return layout.scope(project_id, mode) + layout.uid(install_id)
+
+
+def _time_key(install: Install) -> bytes:
+    """project | mode | created ms | install id: the install's key in
+    ``installs_by_time``, whose value is how its first launch was judged."""
+    return (layout.scope(install.project_id, install.mode.value)
+            + layout.ms(install.created_at_ms) + layout.uid(install.install_id))

@@ -40,8 +40,9 @@ DATABASES = (
     b"handoffs",         # project | mode | user hash | created ms | id -> Handoff
     b"handoffs_by_time",  # expires ms | handoff key -> b"" (expiry sweep)
     b"installs",         # project | mode | install id -> Install
-    b"install_decisions",  # project | mode | install id -> how its first launch was judged
-    b"installs_by_time",  # project | mode | created ms | install id -> b"" (schema 2)
+    b"install_decisions",  # empty since schema 5 (decisions moved to installs_by_time)
+    b"installs_by_time",  # project | mode | created ms | install id -> how its first launch
+                          # was judged, b"" if none (schema 2; the decision since schema 5)
     b"clicks",           # project | mode | ms | click id -> Click
     b"click_window",     # project | mode | ms | click id -> ClickWindowEntry
     b"click_window_by_time",  # ms | project | mode | click id -> b"" (purge sweep)

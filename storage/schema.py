@@ -15,7 +15,7 @@ import lmdb
 
 from storage import layout
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _KEY = b"schema_version"
 Databases = dict[bytes, Any]
 
@@ -57,36 +57,67 @@ def _order_event_ids_by_time(txn: lmdb.Transaction, dbs: Databases) -> None:
     """4: an event's dedup entry is keyed by install, the time the event says
     it occurred and id (was: install and id), so a batch's entries are written
     together instead of one page each (storage/event_records.py). The time
-    comes from the stored event's ``occurredAt``. Rewritten a slice at a time:
-    the old keys (49 bytes) and the new (57) share the database, and a slice
-    is read before any of it is rewritten."""
+    comes from the stored event's ``occurredAt``."""
     from storage.event_records import dedup_key, event_json, sent_at_ms
 
-    ids, events = dbs[b"event_ids"], dbs[b"events"]
+    events = dbs[b"events"]
+
+    def new_key(key: bytes, middle: bytes) -> bytes | None:
+        scope, install, id16 = key[:17], key[17:33], key[33:]
+        event_key = scope + middle + id16
+        raw = txn.get(event_key, db=events)
+        if raw is None:  # an entry whose event is gone has nothing to deduplicate
+            return None
+        return dedup_key(scope, install, sent_at_ms(event_json(event_key, bytes(raw))), id16)
+
+    _rekey(txn, dbs[b"event_ids"], 17 + 16 + 16, new_key)
+
+
+def _decisions_into_the_time_index(txn: lmdb.Transaction, dbs: Databases) -> None:
+    """5: a first launch's decision is the value of the install's key in
+    ``installs_by_time`` (was: its own database keyed by install id, one more
+    tree, four more pages, to write in every commit of a first launch);
+    ``install_decisions`` is emptied. A decision whose install is gone is
+    dropped (nothing can show it)."""
+    import cbor2
+
+    decisions, installs, by_time = (dbs[b"install_decisions"], dbs[b"installs"],
+                                    dbs[b"installs_by_time"])
+    for k, value in txn.cursor(db=decisions).iternext():
+        key = bytes(k)
+        raw = txn.get(key, db=installs)
+        if raw is not None:
+            created = int(cbor2.loads(bytes(raw))["created_at_ms"])
+            txn.put(key[:17] + created.to_bytes(8, "big") + key[17:], bytes(value),
+                    db=by_time)
+    txn.drop(decisions, delete=False)
+
+
+def _rekey(txn: lmdb.Transaction, db: Any, old_size: int,
+           new_key: Callable[[bytes, bytes], bytes | None]) -> None:
+    """Give every key of ``db`` that is ``old_size`` bytes long its new key
+    (None: drop the entry), value unchanged. A slice at a time: old and new
+    keys share the database (the new ones are longer, so never taken for
+    old), and a slice is read before any of it is rewritten."""
     resume = b""
     while True:
         old: list[tuple[bytes, bytes]] = []
-        cur = txn.cursor(db=ids)
+        cur = txn.cursor(db=db)
         ok = cur.set_range(resume)
         while ok and len(old) < 10_000:
             key = bytes(cur.key())
-            if len(key) == _OLD_EVENT_ID_KEY:
+            if len(key) == old_size:
                 old.append((key, bytes(cur.value())))
             ok = cur.next()
         if not old:
             return
-        for key, middle in old:
-            scope, install, id16 = key[:17], key[17:33], key[33:]
-            event_key = scope + middle + id16
-            raw = txn.get(event_key, db=events)
-            txn.delete(key, db=ids)
-            if raw is not None:  # (an entry whose event is gone has nothing to dedup)
-                sent = sent_at_ms(event_json(event_key, bytes(raw)))
-                txn.put(dedup_key(scope, install, sent, id16), middle, db=ids)
+        for key, value in old:
+            txn.delete(key, db=db)
+            moved = new_key(key, value)
+            if moved is not None:
+                txn.put(moved, value, db=db)
         resume = old[-1][0] + b"\x00"
 
-
-_OLD_EVENT_ID_KEY = 17 + 16 + 16
 
 # version N -> function taking the write txn and the databases, bringing data
 # from N-1 to N.
@@ -94,6 +125,7 @@ MIGRATIONS: dict[int, Callable[[lmdb.Transaction, Databases], None]] = {
     2: _index_installs_by_time,
     3: _index_click_window,
     4: _order_event_ids_by_time,
+    5: _decisions_into_the_time_index,
 }
 
 

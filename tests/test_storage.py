@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import cbor2
 import lmdb
 import pytest
 import trio
@@ -197,3 +198,47 @@ def test_migration_to_schema_2_indexes_existing_installs(tmp_path: os.PathLike[s
     keys = [k for k, _ in s.scan(b"installs_by_time", b"")]
     assert keys == [layout.scope(pid, "live") + layout.ms(1234) + layout.uid(iid)]
     s.close()
+
+
+def test_migration_to_schema_5_moves_decisions_into_the_time_index(
+        tmp_path: os.PathLike[str]) -> None:
+    from storage import layout
+    from storage.attribution_store import AttributionStore
+    from storage.codec import encode
+    from svc_engine.installs import Install
+    from svc_engine.keys import Mode
+
+    path = os.path.join(str(tmp_path), "v4")
+    s = LmdbStore(path, map_size=16 << 20)
+    pid = "00000000-0000-4000-8000-000000000003"
+    iids = [f"00000000-0000-4000-8000-0000000000a{i}" for i in range(4)]
+    scope = layout.scope(pid, "live")
+    decision = {"v": 1, "at_ms": 5, "matched": False, "link_id": None, "method": None,
+                "trials": [{"flow": "token", "result": "skipped"}]}
+    with s.env.begin(write=True) as txn:  # a data dir as schema 4 left it
+        for n, iid in enumerate(iids[:3]):  # the third has no decision (not a first launch)
+            install = Install(install_id=iid, project_id=pid, mode=Mode.LIVE, platform="ios",
+                              created_at_ms=9000 - n)
+            txn.put(scope + layout.uid(iid), encode(install), db=s.db(b"installs"))
+            txn.put(scope + layout.ms(9000 - n) + layout.uid(iid), b"",
+                    db=s.db(b"installs_by_time"))
+        for iid in (iids[0], iids[1], iids[3]):  # the fourth install is gone
+            txn.put(scope + layout.uid(iid), cbor2.dumps(decision),
+                    db=s.db(b"install_decisions"))
+        txn.put(b"schema_version", b"4", db=s.db(b"meta"))
+    s.close()
+    s = LmdbStore(path, map_size=16 << 20)
+    try:
+        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
+        assert s.scan(b"install_decisions", b"") == []
+        assert [(k, bool(v)) for k, v in s.scan(b"installs_by_time", b"")] == [
+            (scope + layout.ms(8998) + layout.uid(iids[2]), False),
+            (scope + layout.ms(8999) + layout.uid(iids[1]), True),
+            (scope + layout.ms(9000) + layout.uid(iids[0]), True)]
+        attribution = AttributionStore(s, "http://x")
+        found = attribution.decision(pid, "live", iids[0])
+        assert found is not None and found.trials == decision["trials"]
+        assert attribution.decision(pid, "live", iids[2]) is None
+        assert attribution.decision(pid, "live", iids[3]) is None
+    finally:
+        s.close()
