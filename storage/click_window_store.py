@@ -1,16 +1,16 @@
 """The probabilistic click window in LMDB, indexed so a launch reads only its candidates.
 
 Every tap is one entry in ``click_window`` (project | mode | ms | click id ->
-``ClickWindowEntry``) and one key in each of:
+``ClickWindowEntry``; the expiry sweep reads each project and mode's oldest
+entries from there) and one key in each of:
 
-- ``click_window_by_time`` (ms | project | mode | click id): the expiry sweep;
 - ``click_window_by_cohort`` (project | mode | iOS major | country | ms |
   click id -> link id): the cohort group of a launch is one key range;
 - ``click_window_by_net`` (project | mode | net hash | iOS major | ms |
   click id -> link id), for taps with a network hash: the network group is
   one key range, and every tap of a network is one prefix (deleting a hash).
 
-All four change together, inside the caller's write transaction: :meth:`put`
+All three change together, inside the caller's write transaction: :meth:`put`
 adds a tap, consuming (:meth:`consume`), forgetting a hash
 (:meth:`forget_net_hash`) and the sweep (:meth:`sweep`) remove it or its hash
 from each. A launch (:meth:`candidates`) walks two key ranges, reading keys
@@ -58,7 +58,6 @@ class ClickWindow:
     def __init__(self, store: LmdbStore) -> None:
         self.store = store
         self._entries = store.db(b"click_window")
-        self._by_time = store.db(b"click_window_by_time")
         self._by_cohort = store.db(b"click_window_by_cohort")
         self._by_net = store.db(b"click_window_by_net")
 
@@ -67,7 +66,6 @@ class ClickWindow:
         tail = layout.ms(entry.at_ms) + layout.uid(entry.click_id)
         link = layout.uid(entry.link_id)
         txn.put(scope + tail, encode(entry), db=self._entries)
-        txn.put(tail[:8] + scope + tail[8:], b"", db=self._by_time)
         txn.put(layout.window_cohort_prefix(scope, entry.os_major, entry.country) + tail, link,
                 db=self._by_cohort)
         if entry.net_hash is not None:
@@ -186,25 +184,29 @@ class ClickWindow:
 
     def sweep(self, txn: lmdb.Transaction, now_ms: int, limit: int) -> int:
         """Delete up to ``limit`` taps older than the longest window (and so their
-        hashes, well within 7 hours)."""
-        due: list[bytes] = []
-        for k in txn.cursor(db=self._by_time).iternext(values=False):
-            if len(due) >= limit or layout.from_ms(bytes(k)) >= now_ms - KEEP_MS:
-                break
-            due.append(bytes(k))
-        for k in due:
-            scope, tail = k[8:25], k[:8] + k[25:]
-            raw = txn.get(scope + tail, db=self._entries)
-            if raw is None:
-                txn.delete(k, db=self._by_time)
-            else:
-                self._remove(txn, scope, tail, decode(ClickWindowEntry, bytes(raw)))
+        hashes, well within 7 hours): the oldest entries of each project and
+        mode, one key range each, then a seek past the rest of that scope.
+        (A tap's entry is read by key, so no separate time index is written
+        with every tap and every consumption.)"""
+        cutoff = layout.ms(max(0, now_ms - KEEP_MS))
+        due: list[tuple[bytes, bytes]] = []
+        cur = txn.cursor(db=self._entries)
+        ok = cur.first()
+        while ok and len(due) < limit:
+            key = bytes(cur.key())
+            scope = key[:17]
+            if key[17:25] >= cutoff:  # the rest of this scope is newer
+                ok = cur.set_range(layout.prefix_end(scope))
+                continue
+            due.append((key, bytes(cur.value())))
+            ok = cur.next()
+        for key, raw in due:
+            self._remove(txn, key[:17], key[17:], decode(ClickWindowEntry, raw))
         return len(due)
 
     def _remove(self, txn: lmdb.Transaction, scope: bytes, tail: bytes,
                 entry: ClickWindowEntry) -> None:
         txn.delete(scope + tail, db=self._entries)
-        txn.delete(tail[:8] + scope + tail[8:], db=self._by_time)
         txn.delete(layout.window_cohort_prefix(scope, entry.os_major, entry.country) + tail,
                    db=self._by_cohort)
         if entry.net_hash is not None:

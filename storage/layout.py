@@ -45,7 +45,7 @@ DATABASES = (
                           # was judged, b"" if none (schema 2; the decision since schema 5)
     b"clicks",           # project | mode | ms | click id -> Click
     b"click_window",     # project | mode | ms | click id -> ClickWindowEntry
-    b"click_window_by_time",  # ms | project | mode | click id -> b"" (purge sweep)
+    b"click_window_by_time",  # empty since schema 6 (the sweep reads click_window)
     b"click_window_by_cohort",  # project | mode | part(iOS major) | part(country) | ms
                                 # | click id -> link id (schema 3)
     b"click_window_by_net",  # project | mode | part(net hash) | part(iOS major) | ms

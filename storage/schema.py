@@ -15,7 +15,7 @@ import lmdb
 
 from storage import layout
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _KEY = b"schema_version"
 Databases = dict[bytes, Any]
 
@@ -93,6 +93,13 @@ def _decisions_into_the_time_index(txn: lmdb.Transaction, dbs: Databases) -> Non
     txn.drop(decisions, delete=False)
 
 
+def _window_without_time_index(txn: lmdb.Transaction, dbs: Databases) -> None:
+    """6: the click window's expiry sweep reads ``click_window`` itself (each
+    project and mode's oldest entries), so ``click_window_by_time``, one more
+    tree written with every iPhone tap and every consumed tap, is emptied."""
+    txn.drop(dbs[b"click_window_by_time"], delete=False)
+
+
 def _rekey(txn: lmdb.Transaction, db: Any, old_size: int,
            new_key: Callable[[bytes, bytes], bytes | None]) -> None:
     """Give every key of ``db`` that is ``old_size`` bytes long its new key
@@ -126,6 +133,7 @@ MIGRATIONS: dict[int, Callable[[lmdb.Transaction, Databases], None]] = {
     3: _index_click_window,
     4: _order_event_ids_by_time,
     5: _decisions_into_the_time_index,
+    6: _window_without_time_index,
 }
 
 

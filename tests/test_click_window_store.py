@@ -39,8 +39,7 @@ PROJECT = "00000000-0000-4000-8000-00000000c0de"
 OTHER_PROJECT = "00000000-0000-4000-8000-00000000beef"
 LINKS = [f"{n:08x}-0000-4000-8000-000000000001" for n in (0xA, 0xB, 0xC)]
 NET, OTHER_NET = b"n" * 32, b"o" * 32
-INDEXES = (b"click_window", b"click_window_by_time", b"click_window_by_cohort",
-           b"click_window_by_net")
+INDEXES = (b"click_window", b"click_window_by_cohort", b"click_window_by_net")
 
 
 def click_id(n: int) -> str:
@@ -61,7 +60,6 @@ def expected_keys(project_id: str, entries: list[ClickWindowEntry]) -> dict[byte
         scope = layout.scope(project_id, e.mode.value)
         tail = layout.ms(e.at_ms) + layout.uid(e.click_id)
         out[b"click_window"].add(scope + tail)
-        out[b"click_window_by_time"].add(tail[:8] + scope + tail[8:])
         out[b"click_window_by_cohort"].add(
             scope + layout.part(str(e.os_major).encode())
             + layout.part(e.country.encode() if e.country is not None else None) + tail)
@@ -190,6 +188,49 @@ def test_sweep_deletes_old_taps_from_every_index(store: LmdbStore) -> None:
         assert stored_keys(txn, store) == expected_keys(PROJECT, [])
     finally:
         txn.abort()
+
+
+def test_sweep_reads_every_project_and_mode(store: LmdbStore) -> None:
+    """Each scope's old taps go, whatever the scopes around it hold."""
+    window = ClickWindow(store)
+    mine_old = [tap(1, ago=KEEP_MS + 2), tap(2, ago=KEEP_MS + 1, mode=Mode.TEST)]
+    mine_kept = [tap(3, ago=MIN), tap(4, ago=2 * MIN, mode=Mode.TEST)]
+    other_old = [tap(5, ago=KEEP_MS + 3), tap(6, ago=KEEP_MS + 9 * MIN)]
+    other_kept = [tap(7, ago=3 * MIN)]
+    txn = store.env.begin(write=True)
+    try:
+        for e in mine_old + mine_kept:
+            window.put(txn, PROJECT, e)
+        for e in other_old + other_kept:
+            window.put(txn, OTHER_PROJECT, e)
+        assert window.sweep(txn, NOW, limit=3) == 3
+        assert window.sweep(txn, NOW, limit=3) == 1
+        assert window.sweep(txn, NOW, limit=3) == 0
+        kept = expected_keys(PROJECT, mine_kept)
+        for name, keys in expected_keys(OTHER_PROJECT, other_kept).items():
+            kept[name] |= keys
+        assert stored_keys(txn, store) == kept
+    finally:
+        txn.abort()
+
+
+def test_migration_to_schema_6_empties_the_time_index(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(str(tmp_path), "v5")
+    s = LmdbStore(path, map_size=16 << 20)
+    with s.env.begin(write=True) as txn:  # a data dir as schema 5 left it
+        ClickWindow(s).put(txn, PROJECT, tap(1))
+        txn.put(layout.ms(NOW) + layout.scope(PROJECT, "live") + layout.uid(click_id(1)), b"",
+                db=s.db(b"click_window_by_time"))
+        txn.put(b"schema_version", b"5", db=s.db(b"meta"))
+    s.close()
+    s = LmdbStore(path, map_size=16 << 20)
+    try:
+        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
+        assert s.scan(b"click_window_by_time", b"") == []
+        with s.read() as txn:
+            assert stored_keys(txn, s) == expected_keys(PROJECT, [tap(1)])
+    finally:
+        s.close()
 
 
 def test_newest_reads_backwards_within_the_scope_and_the_window(store: LmdbStore) -> None:
