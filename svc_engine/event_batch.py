@@ -29,13 +29,20 @@ thousand times a second, so its check exists twice over the same rules:
   and raises the first error. It is the reference, and the only code here
   that builds an error.
 - :func:`_fast_rows` checks the batch a column at a time with work done in C:
-  every id against one regular expression over the ids joined by newlines,
-  the names by their shortest and longest lengths, all properties with one
-  encoder call (nesting bounded by counting ``{`` and ``[`` in the encoded
-  text), timestamps of the usual ``...THH:MM:SS[.fff]Z`` shape by a per-second
-  memo of the reference parser. It returns exactly the rows the reference
-  would, or None when it cannot vouch for the batch; then the reference runs
-  and finds the error (or accepts a shape the fast check does not know).
+  the ids by character positions in the ids joined by newlines, the names by
+  their shortest and longest lengths, all properties with one encoder call
+  (nesting bounded by counting ``{`` and ``[`` in the encoded text),
+  timestamps of the usual ``...THH:MM:SS[.fff]Z`` shape by a per-second memo
+  of the reference parser. It returns exactly the rows the reference would,
+  or None when it cannot vouch for the batch; then the reference runs and
+  finds the error (or accepts a shape the fast check does not know).
+
+Cost model of the fast check (CPython, instructions counted): a Python-level
+step per event (a ``map`` of a function, a slice, a tuple) costs a few
+hundred instructions, a C loop over a joined text a few per character. So
+the columns are checked on joined texts (positions by strided slices) and
+looked up in tables with one ``operator.itemgetter`` call, rather than event
+by event.
 
 tests/test_event_batch.py holds the two to the same answers over generated
 batches.
@@ -48,7 +55,8 @@ import itertools
 import json
 import operator
 import re
-from collections.abc import Callable, Iterable, Sequence
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -68,7 +76,8 @@ TypeError or ValueError for what JSON cannot hold."""
 
 _ZULU = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z"
 _ZULU_LINES = re.compile(f"{_ZULU}(?:\n{_ZULU})*", re.A)
-_FIELDS = operator.itemgetter("id", "name", "properties", "linkId", "occurredAt")
+_FIELD_NAMES = ("id", "name", "properties", "linkId", "occurredAt")
+_FIELDS = operator.itemgetter(*_FIELD_NAMES)
 _TO_SECOND = operator.itemgetter(slice(0, 19))
 _DOT_MILLI_DIGITS = operator.itemgetter(slice(19, 23))
 _MORE_DIGITS = operator.itemgetter(slice(23, -1))
@@ -76,13 +85,11 @@ _LAST = operator.itemgetter(-1)
 _DOT_MILLI_DIGITS_Z = operator.itemgetter(slice(19, 24))
 _MILLIS = {f".{i:03d}": i for i in range(1000)}
 _MILLIS_Z = {f".{i:03d}Z": i for i in range(1000)}
+_MILLIS_ASCII = {f"{i:03d}".encode(): i for i in range(1000)}
 _ONLY_Z = frozenset({"Z"})
 _ONLY_24 = frozenset({24})
 _CONTAINERS = (dict, list)
 _ONLY_DICT = frozenset({dict})
-_ONLY_STR = frozenset({str})
-_ONLY_NONE = frozenset({type(None)})
-_ONLY_36 = frozenset({36})
 
 
 def encode_all_stdlib(values: Sequence[object]) -> list[bytes]:
@@ -179,27 +186,27 @@ def _fast_rows(items: list[Any], now_ms: int, encode_all: EncodeAll) -> _Rows | 
     """The rows of a valid batch, exactly as :func:`_reference_rows` gives them,
     or None: "not sure", never "invalid" (no error is built here)."""
     n = len(items)
-    if set(map(type, items)) != _ONLY_DICT:
+    columns = _columns(items)
+    if columns is None:
         return None
-    try:
-        fields = list(map(_FIELDS, items))
-    except KeyError:  # an optional field is absent
-        fields = [(e.get("id"), e.get("name"), e.get("properties"), e.get("linkId"),
-                   e.get("occurredAt")) for e in items]
-    ids, names, properties, link_ids, occurred = zip(*fields, strict=True)
+    ids, names, properties, link_ids, occurred = columns
     checked_ids = _canonical_uuids(ids)
     if checked_ids is None:
         return None
     # names
-    if set(map(type, names)) != _ONLY_STR:
+    try:
+        "".join(names)  # every name a str, in one C loop
+    except TypeError:
         return None
     lengths = set(map(len, names))
     if min(lengths) < 1 or max(lengths) > EVENT_NAME_MAX:
         return None
     # properties
-    if type(None) in set(map(type, properties)):
+    kinds = set(map(type, properties))
+    if kinds != _ONLY_DICT and type(None) in kinds:
         properties = tuple({} if p is None else p for p in properties)
-    if set(map(type, properties)) != _ONLY_DICT:
+        kinds = set(map(type, properties))
+    if kinds != _ONLY_DICT:
         return None
     try:
         encoded = encode_all(properties)
@@ -209,8 +216,8 @@ def _fast_rows(items: list[Any], now_ms: int, encode_all: EncodeAll) -> _Rows | 
         return None
     if not _shallow(properties, encoded):
         return None
-    # link ids
-    if set(map(type, link_ids)) != _ONLY_NONE:
+    # link ids (count compares None by identity first: cheaper than a set of types)
+    if link_ids.count(None) != n:
         given = [link for link in link_ids if link is not None]
         checked_links = _canonical_uuids(given)
         if checked_links is None:
@@ -221,9 +228,11 @@ def _fast_rows(items: list[Any], now_ms: int, encode_all: EncodeAll) -> _Rows | 
             lowered = iter(checked_links[0])
             link_ids = tuple(None if link is None else next(lowered) for link in link_ids)
     # occurredAt
-    if set(map(type, occurred)) != _ONLY_STR:
+    try:
+        joined = "\n".join(occurred)  # every text a str, in one C loop
+    except TypeError:
         return None
-    sent = _times(occurred)
+    sent = _times(occurred, joined)
     if sent is None:
         return None
     times = sent if max(sent) <= now_ms else tuple(map(min, sent, itertools.repeat(now_ms)))
@@ -234,28 +243,61 @@ def _canonical_uuids(ids: Sequence[Any]) -> tuple[tuple[str, ...], bytes] | None
     """The ids in lower case and as bytes if each is a canonical UUID
     (``is_uuid``), else None.
 
-    Without a regular expression: every id 36 characters long, a hyphen at
-    offsets 8, 13, 18 and 23 of each, and the other 32 characters of each hex
-    digits (``bytes.fromhex`` skips whitespace, so its output must be 16 bytes
-    an id)."""
+    Without a regular expression or a step per id, on the ids joined by
+    newlines (a TypeError if one is not a str): 37 characters an id but the
+    last, a newline at offset 36 of each and a hyphen at offsets 8, 13, 18 and
+    23, and the 32 other characters of each hex digits. Those are checked at
+    once: ``bytes.fromhex`` of the text with the hyphens made spaces gives 16
+    bytes an id only if they are (it skips whitespace between bytes, newlines
+    too, and refuses any other non-hex character). With every character's
+    place known, no id holds a newline, so each is 36 characters long."""
     n = len(ids)
-    if set(map(type, ids)) != _ONLY_STR or set(map(len, ids)) != _ONLY_36:
-        return None
-    joined = "".join(ids)
-    hyphens = "-" * n
-    if (joined[8::36] != hyphens or joined[13::36] != hyphens or joined[18::36] != hyphens
-            or joined[23::36] != hyphens):
-        return None
-    digits = joined.replace("-", "")
     try:
-        binary = bytes.fromhex(digits)
+        joined = "\n".join(ids)
+    except TypeError:
+        return None
+    hyphens = "-" * n
+    if (len(joined) != 37 * n - 1 or joined[36::37] != "\n" * (n - 1)
+            or joined[8::37] != hyphens or joined[13::37] != hyphens
+            or joined[18::37] != hyphens or joined[23::37] != hyphens):
+        return None
+    try:
+        binary = bytes.fromhex(joined.replace("-", " "))
     except ValueError:
         return None
-    if len(digits) != 32 * n or len(binary) != 16 * n:
+    if len(binary) != 16 * n:
         return None
-    if joined.lower() == joined:  # (not islower(): a Unicode lookup per character)
+    lowered = joined.lower()  # (not islower(): a Unicode lookup per character)
+    if lowered == joined:
         return tuple(ids), binary
-    return tuple("\n".join(ids).lower().split("\n")), binary
+    return tuple(lowered.split("\n")), binary
+
+
+def _columns(items: list[Any]) -> list[tuple[Any, ...]] | None:
+    """The five fields of the events as columns (None for an absent field), or
+    None if an item is not a dict.
+
+    The usual batch has the same keys in the same order in every event (one
+    SDK wrote it): then the columns are the events' values zipped, with no
+    lookup per event and field. Otherwise each event is looked up."""
+    n = len(items)
+    try:
+        layouts = set(map(tuple, items))  # each dict's keys, in order
+        if len(layouts) == 1:
+            values = zip(*map(dict.values, items), strict=True)
+            by_name = dict(zip(layouts.pop(), values, strict=True))
+            missing = (None,) * n
+            return [by_name.get(name, missing) for name in _FIELD_NAMES]
+    except TypeError:  # an item is not a dict (or has a key tuple() cannot hash)
+        pass
+    if set(map(type, items)) != _ONLY_DICT:
+        return None
+    try:
+        fields = list(map(_FIELDS, items))
+    except KeyError:  # an optional field is absent
+        fields = [(e.get("id"), e.get("name"), e.get("properties"), e.get("linkId"),
+                   e.get("occurredAt")) for e in items]
+    return list(zip(*fields, strict=True))
 
 
 def _shallow(values: Sequence[object], encoded: Sequence[bytes]) -> bool:
@@ -264,7 +306,9 @@ def _shallow(values: Sequence[object], encoded: Sequence[bytes]) -> bool:
     batch with at most ``limit - 1`` more than one apiece is shallow enough;
     otherwise the values with too many are walked."""
     whole = b"".join(encoded)
-    if _openers(whole) - len(encoded) < PROPERTIES_MAX_DEPTH:
+    # (``in`` is a memchr, far cheaper than counting: the usual batch has no list)
+    openers = whole.count(b"{") if b"[" not in whole else _openers(whole)
+    if openers - len(encoded) < PROPERTIES_MAX_DEPTH:
         return True
     return not any(_too_deep(v, PROPERTIES_MAX_DEPTH) for v, e in zip(values, encoded,
                                                                       strict=True)
@@ -276,8 +320,12 @@ def _openers(text: bytes) -> int:
     return text.count(b"{") + text.count(b"[")
 
 
-def _times(texts: Sequence[str]) -> tuple[int, ...] | None:
-    """Each text's time in ms; None if one is invalid."""
+def _times(texts: Sequence[str], joined: str) -> tuple[int, ...] | None:
+    """Each text's time in ms; None if one is invalid. ``joined`` is the texts
+    joined by newlines."""
+    fast = _one_second_times(texts, joined)
+    if fast is not None:
+        return fast
     out = _zulu_times(texts)
     if out is None:
         out = []
@@ -287,6 +335,48 @@ def _times(texts: Sequence[str]) -> tuple[int, ...] | None:
                 return None
             out.append(ms)
     return tuple(out)
+
+
+def _one_second_times(texts: Sequence[str], joined: str) -> tuple[int, ...] | None:
+    """The times of texts shaped ``YYYY-MM-DDTHH:MM:SS.fffZ`` that all fall in
+    the same second (a batch an app sends at once), or None: "not this shape",
+    not "invalid".
+
+    Every character of the texts joined by newlines is checked in place: the
+    length is 25 a text (so, with the newlines where they belong, none holds
+    another and each is 24 long), and at offsets 19, 23 and 24 of each are the
+    dot, the ``Z`` and the newline; the first text's second, checked by the
+    reference parser, occurs ``n`` times (it holds neither a dot nor a
+    newline, so it can only occur at the start of a text); the three digits
+    of each fraction are cut out by one ``struct`` call and looked up all at
+    once (a missing key: not three ASCII digits)."""
+    n = len(texts)
+    if (len(joined) != 25 * n - 1 or not joined.isascii() or joined[19::25] != "." * n
+            or joined[23::25] != "Z" * n or joined[24::25] != "\n" * (n - 1)):
+        return None
+    second = joined[:19]
+    base = _second_ms(second)
+    if base is None or joined.count(second) != n:
+        return None
+    try:
+        millis = _look_up(_MILLIS_ASCII, _milli_digits(n).unpack_from(joined.encode()))
+    except KeyError:
+        return None
+    return tuple(map(operator.add, itertools.repeat(base), millis))
+
+
+@functools.lru_cache(maxsize=128)
+def _milli_digits(n: int) -> struct.Struct:
+    """Cuts the three digits after the dot out of ``n`` texts of 24 characters
+    joined by newlines."""
+    return struct.Struct("20x3s2x" * (n - 1) + "20x3s")
+
+
+def _look_up(table: Mapping[Any, Any], keys: Sequence[Any]) -> tuple[Any, ...]:
+    """``table[k]`` for each key, in one C call (KeyError if one is missing)."""
+    if len(keys) == 1:  # itemgetter of one key gives the value, not a tuple
+        return (table[keys[0]],)
+    return operator.itemgetter(*keys)(table)  # type: ignore[no-any-return]
 
 
 def _zulu_times(texts: Sequence[str]) -> list[int] | None:

@@ -293,3 +293,47 @@ def test_deep_properties_are_refused_whatever_the_encoder(encode: EncodeAll) -> 
     with pytest.raises(ValidationError):
         parse_event_rows({"installId": INSTALL, "events": [event(properties=deep)]},
                          now_ms=NOW, encode_all=encode)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(0, 999), min_size=1, max_size=100),
+       st.sampled_from(["2026-11-01T10:00:00", "2026-11-01T10:00:59", "1970-01-01T00:00:00",
+                        "2026-02-30T10:00:00", "2026-11-01t10:00:00"]),
+       st.integers(-1, 100), st.sampled_from(["", "1", "\n", ".", "Z", "\u0663", "T"]))
+def test_times_of_one_second_agree_with_the_reference(millis: list[int], second: str,
+                                                      where: int, odd: str) -> None:
+    """The one-second path of the usual batch, and texts almost of its shape: a
+    character changed (or cut) in one event's text, another second."""
+    texts = [f"{second}.{ms:03d}Z" for ms in millis]
+    if 0 <= where < len(texts):
+        text = texts[where]
+        at = where % len(text)
+        texts[where] = text[:at] + odd + text[at + 1:]
+    items = [event(id=str(uuid.UUID(int=i + 1)), occurredAt=t) for i, t in enumerate(texts)]
+    fast = event_batch._fast_rows(items, NOW, encode_all_orjson)
+    ref = reference(items, encode_all_orjson)
+    if fast is not None:
+        assert fast == ref
+    if where < 0 and "02-30" not in second:  # the usual batch takes the one-second path
+        assert event_batch._one_second_times(texts, "\n".join(texts)) is not None
+        assert fast is not None
+
+
+@pytest.mark.parametrize("shape", ["sorted keys", "no optional keys", "extra key",
+                                   "upper ids", "mixed layouts"])
+def test_every_layout_of_event_keys_gives_the_reference_rows(shape: str) -> None:
+    items = [event(id=str(uuid.UUID(int=i + 1)), linkId=None, properties={"i": i})
+             for i in range(5)]
+    if shape == "sorted keys":
+        items = [dict(sorted(e.items())) for e in items]
+    elif shape == "no optional keys":
+        items = [{k: e[k] for k in ("id", "name", "occurredAt")} for e in items]
+    elif shape == "extra key":
+        items = [{"extra": [1], **e} for e in items]
+    elif shape == "upper ids":
+        items = [{**e, "id": e["id"].upper(), "linkId": LINK.upper()} for e in items]
+    else:
+        items[2] = dict(reversed(items[2].items()))
+        del items[3]["linkId"]
+    fast = event_batch._fast_rows(items, NOW, encode_all_orjson)
+    assert fast is not None and fast == reference(items, encode_all_orjson)

@@ -327,3 +327,27 @@ async def test_migration_to_schema_4_orders_the_dedup_entries_by_time(tmp_path: 
             assert txn.stat(ids)["entries"] == 0
     finally:
         s.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2_999), st.sampled_from([None, LINK]),
+                          st.sampled_from(["a", "b", 'q"%s'])), min_size=1, max_size=30),
+       st.integers(0, 2_000))
+def test_new_events_are_the_per_event_records(spec: list[tuple[int, str | None, str]],
+                                               ahead: int) -> None:
+    """Every field of every event as the module doc defines it, one event at a
+    time: the batch is cut and joined by one-second, several-seconds and
+    clamped paths (``now`` may fall inside the batch's times)."""
+    base = 1_793_527_200_000
+    items = [ev(i, occurredAt=f"2026-11-01T10:00:{ms // 1000:02d}.{ms % 1000:03d}Z",
+                linkId=link, name=name) for i, (ms, link, name) in enumerate(spec)]
+    now = base + ahead
+    new = new_events(items, now=now)
+    for i, (ms, link, name) in enumerate(spec):
+        sent = base + ms
+        at = min(sent, now)
+        assert new.places[i] == struct.pack(">QQH", at - at % 1000, now, at % 1000)
+        assert new.dedup[i] == struct.pack(">Q", sent) + new.id16[i]
+        assert new.values[i] == b"\x02" + uid16(INSTALL) + orjson.dumps(
+            {"id": items[i]["id"], "name": name, "properties": items[i]["properties"],
+             "linkId": link, "occurredAt": items[i]["occurredAt"]})
