@@ -266,6 +266,18 @@ def _interleaved(fields: str, *columns: Sequence[object]) -> tuple[bytes, ...]:
     return _pieces(packer.size // n, n).unpack(packer.pack(*args))
 
 
+def joined(prefix: bytes, *columns: Sequence[bytes]) -> tuple[bytes, ...]:
+    """``prefix + column_1[i] + column_2[i] ...`` for each i, the columns'
+    items of one size each (an event's key, its dedup key): interleaved by
+    slice assignments, joined and cut by C loops, not built one at a time."""
+    n, k = len(columns[0]), len(columns) + 1
+    parts: list[bytes] = [prefix] * (n * k)
+    for i, column in enumerate(columns, 1):
+        parts[i::k] = column
+    whole = b"".join(parts)
+    return _pieces(len(whole) // n, n).unpack(whole) if n else ()
+
+
 def _look_up(table: Mapping[Any, Any] | Sequence[Any], keys: Sequence[Any]) -> tuple[Any, ...]:
     """``table[k]`` for each key, in one C call (KeyError if one is missing)."""
     if len(keys) == 1:  # itemgetter of one key gives the value, not a tuple

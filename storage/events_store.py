@@ -63,6 +63,7 @@ from storage.event_records import (
     Revenue,
     dedup_key,
     event_json,
+    joined,
     received_and_install,
     second_floor,
     sent_at_ms,
@@ -177,9 +178,8 @@ class EventsStore:
     def _store_new(self, txn: lmdb.Transaction, scope: bytes, install_key: bytes,
                    events: NewEvents) -> range | list[int]:
         """Store the events whose ids are new; their indexes in the batch."""
-        dedup_keys = list(map(install_key.__add__, events.dedup))
-        keys = list(map(b"%s%s%s".__mod__, zip(itertools.repeat(scope), events.places,
-                                                events.id16)))
+        dedup_keys = joined(install_key, events.dedup)
+        keys = joined(scope, events.places, events.id16)
         ids = txn.cursor(db=self._ids)
         if events.distinct and not ids.getmulti(dedup_keys):
             ids.putmulti(list(zip(dedup_keys, events.places, strict=True)), overwrite=False)
