@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import uuid
 
 _UUID = re.compile(
     r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", re.A)
@@ -16,7 +15,8 @@ def new_id(random16: bytes) -> str:
     b = bytearray(random16[:16])
     b[6] = (b[6] & 0x0F) | 0x40
     b[8] = (b[8] & 0x3F) | 0x80
-    return str(uuid.UUID(bytes=bytes(b)))
+    h = b.hex()  # str(uuid.UUID(bytes=b)), without building the UUID
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def is_uuid(value: object, *, v4: bool = False) -> bool:
