@@ -193,6 +193,23 @@ class LmdbStore:
         raw = self._get(b"keys", key_hash)
         return self.cache.decode(ApiKey, raw) if raw else None
 
+    def key_with_owners(self, key_hash: bytes,
+                        ) -> tuple[ApiKey | None, Project | None, Organization | None]:
+        """An API key, its project and the project's organization (None for
+        what is missing), read in one transaction: what every API call reads."""
+        db = self._db
+        with self.read() as txn:
+            raw = txn.get(key_hash, db=db[b"keys"])
+            if raw is None:
+                return None, None, None
+            key = self.cache.decode(ApiKey, bytes(raw))
+            raw = txn.get(layout.uid(key.project_id), db=db[b"projects"])
+            if raw is None:
+                return key, None, None
+            project = self.cache.decode(Project, bytes(raw))
+            raw = txn.get(layout.uid(project.org_id), db=db[b"orgs"])
+        return key, project, self.cache.decode(Organization, bytes(raw)) if raw else None
+
     def list_keys(self, project_id: str) -> list[ApiKey]:
         out = []
         for _, h in self.scan(b"keys_by_project", layout.uid(project_id)):

@@ -242,3 +242,29 @@ def test_migration_to_schema_5_moves_decisions_into_the_time_index(
         assert attribution.decision(pid, "live", iids[3]) is None
     finally:
         s.close()
+
+
+async def test_a_key_and_its_owners_are_read_together(store: LmdbStore) -> None:
+    import secrets
+
+    from storage import layout
+    from svc_engine.keys import key_hash
+    from web.tenancy import bootstrap
+
+    info = await bootstrap(store, "http://localhost:8000", secrets.token_bytes, 1)
+    keys = info["keys"]
+    assert isinstance(keys, dict)
+    h = key_hash(str(keys["pk_live"]))
+    key, project, org = store.key_with_owners(h)
+    assert key == store.find_key(h) and key is not None
+    assert project == store.get_project(key.project_id) and project is not None
+    assert org == store.get_org(project.org_id) and org is not None
+    assert store.key_with_owners(b"\x00" * 32) == (None, None, None)
+
+    def drop(txn: lmdb.Transaction) -> None:  # an organization gone, then its project
+        txn.delete(layout.uid(org.id), db=store.db(b"orgs"))
+
+    await store.write(drop)
+    assert store.key_with_owners(h) == (key, project, None)
+    await store.write(lambda txn: txn.delete(layout.uid(project.id), db=store.db(b"projects")))
+    assert store.key_with_owners(h) == (key, None, None)

@@ -53,9 +53,8 @@ def authenticate(req: Request, services: Services, kind: KeyKind,
                  limiter: RateLimiter | None = None) -> KeyContext:
     parsed = parse_bearer(req.header("authorization"))
     h = key_hash(parsed.raw)
-    key = check_key_kind(services.store.find_key(h), kind)
-    project = services.store.get_project(key.project_id)
-    org = services.store.get_org(project.org_id) if project is not None else None
+    found, project, org = services.store.key_with_owners(h)
+    key = check_key_kind(found, kind)
     if project is None or org is None:
         raise InvalidApiKey("the API key's project no longer exists")
     if project.suspended:
