@@ -49,13 +49,14 @@ import functools
 import itertools
 import operator
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
 import orjson
 
 from svc_engine.event_batch import EventRows
+from svc_engine.event_columns import look_up
 from svc_engine.events import revenue
 from svc_engine.sdk_requests import parse_timestamp_ms
 
@@ -212,7 +213,7 @@ class NewEvents:
         # The JSON of an event is joined from 7 pieces, the constant text
         # between fields kept with the name (remembered per name) and the link.
         try:
-            names = _look_up(_NAME_PIECE, rows.names)
+            names = look_up(_NAME_PIECE, rows.names)
         except KeyError:
             names = tuple(map(_name_piece, rows.names))
         if rows.link_ids.count(None) == n:
@@ -248,7 +249,7 @@ def _places(times: Sequence[int], received_at_ms: int) -> tuple[bytes, ...]:
     within = list(map(operator.sub, times, itertools.repeat(second)))
     if min(within) >= 0 and max(within) < 1000:
         prefix = _MS.pack(second) + _MS.pack(received_at_ms)
-        return _pieces(_PLACE.size, n).unpack(prefix + prefix.join(_look_up(_TAILS, within)))
+        return _pieces(_PLACE.size, n).unpack(prefix + prefix.join(look_up(_TAILS, within)))
     within = list(map(operator.mod, times, itertools.repeat(1000)))
     return _interleaved("QQH", list(map(operator.sub, times, within)),
                         (received_at_ms,) * n, within)
@@ -276,13 +277,6 @@ def joined(prefix: bytes, *columns: Sequence[bytes]) -> tuple[bytes, ...]:
         parts[i::k] = column
     whole = b"".join(parts)
     return _pieces(len(whole) // n, n).unpack(whole) if n else ()
-
-
-def _look_up(table: Mapping[Any, Any] | Sequence[Any], keys: Sequence[Any]) -> tuple[Any, ...]:
-    """``table[k]`` for each key, in one C call (KeyError if one is missing)."""
-    if len(keys) == 1:  # itemgetter of one key gives the value, not a tuple
-        return (table[keys[0]],)
-    return operator.itemgetter(*keys)(table)  # type: ignore[no-any-return]
 
 
 @functools.lru_cache(maxsize=256)
@@ -332,7 +326,7 @@ def _revenues(properties: Sequence[dict[str, object]]) -> tuple[Revenue | None, 
         currencies = set(map(_CURRENCY, properties))
         kinds = set(map(type, amounts))
         if len(currencies) == 1 and len(kinds) == 1:
-            return _look_up(_memo_of(currencies.pop(), kinds.pop()), amounts)
+            return look_up(_memo_of(currencies.pop(), kinds.pop()), amounts)
     except (KeyError, TypeError):  # one lacks either; an unhashable currency or amount
         pass
     amounts = list(map(dict.get, properties, itertools.repeat("revenue")))

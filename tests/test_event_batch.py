@@ -1,7 +1,7 @@
-"""The events batch check (svc_engine/event_batch.py): the fast column check
-gives exactly the reference's rows or steps aside, over generated batches; the
-rules themselves are tabled in tests/test_sdk_requests.py (SPEC.md "SDK event",
-"Limits")."""
+"""The events batch check: the fast column check (svc_engine/event_columns.py)
+gives exactly the rows of the reference (svc_engine/event_batch.py) or steps
+aside, over generated batches; the rules themselves are tabled in
+tests/test_sdk_requests.py (SPEC.md "SDK event", "Limits")."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from storage.event_records import encode_all as encode_all_orjson
-from svc_engine import event_batch
+from svc_engine import event_batch, event_columns
 from svc_engine.errors import ValidationError
 from svc_engine.event_batch import (
     EncodeAll,
@@ -162,7 +162,7 @@ def reference(items: list[Any], encode: EncodeAll) -> Any:
          encode_all_stdlib)
 def test_fast_check_gives_the_reference_rows_or_steps_aside(items: list[Any],
                                                            encode: EncodeAll) -> None:
-    fast = event_batch._fast_rows(items, NOW, encode)
+    fast = event_columns.fast_rows(items, NOW, encode)
     if fast is not None:
         assert fast == reference(items, encode)
 
@@ -182,7 +182,7 @@ def test_fast_check_takes_the_usual_valid_batches(items: list[Any]) -> None:
     """The differential test above must not pass by the fast check always
     stepping aside: valid batches of the usual shapes take the fast path."""
     ref = reference(items, encode_all_orjson)
-    fast = event_batch._fast_rows(items, NOW, encode_all_orjson)
+    fast = event_columns.fast_rows(items, NOW, encode_all_orjson)
     if ref[0] == "error":
         assert fast is None
         return
@@ -240,7 +240,7 @@ def test_rows_of_a_valid_batch(encode: EncodeAll) -> None:
 ])
 def test_times_of_every_shape_agree_with_the_reference(text: str, ms: int) -> None:
     items = [event(occurredAt=text) for _ in range(3)]
-    fast = event_batch._fast_rows(items, NOW, encode_all_orjson)
+    fast = event_columns.fast_rows(items, NOW, encode_all_orjson)
     assert fast is not None and fast == event_batch._reference_rows(items, NOW,
                                                                      encode_all_orjson)
     assert fast[-3] == fast[-1] == (ms, ms, ms)  # clamped and as sent (in the past: equal)
@@ -253,7 +253,7 @@ def test_times_of_every_shape_agree_with_the_reference(text: str, ms: int) -> No
 ])
 def test_bad_times_step_aside_and_the_reference_names_them(bad: str) -> None:
     items = [event(), event(occurredAt=bad)]
-    assert event_batch._fast_rows(items, NOW, encode_all_orjson) is None
+    assert event_columns.fast_rows(items, NOW, encode_all_orjson) is None
     with pytest.raises(ValidationError) as info:
         parse_event_rows({"installId": INSTALL, "events": items}, now_ms=NOW)
     assert info.value.field == "events[1].occurredAt"
@@ -266,7 +266,7 @@ def test_bad_times_step_aside_and_the_reference_names_them(bad: str) -> None:
 ])
 def test_bad_ids_step_aside_and_the_reference_names_them(bad: str) -> None:
     items = [event(), event(), event(id=bad)]
-    assert event_batch._fast_rows(items, NOW, encode_all_orjson) is None
+    assert event_columns.fast_rows(items, NOW, encode_all_orjson) is None
     with pytest.raises(ValidationError) as info:
         parse_event_rows({"installId": INSTALL, "events": items}, now_ms=NOW)
     assert info.value.field == "events[2].id"
@@ -284,7 +284,7 @@ def test_the_first_bad_event_is_named_whatever_the_path() -> None:
 @pytest.mark.parametrize("encode", [*ENCODERS, _orjson_per_value])
 def test_deep_properties_are_refused_whatever_the_encoder(encode: EncodeAll) -> None:
     items = [event(properties=nested(9))]
-    assert event_batch._fast_rows(items, NOW, encode) is None
+    assert event_columns.fast_rows(items, NOW, encode) is None
     with pytest.raises(ValidationError) as info:
         parse_event_rows({"installId": INSTALL, "events": items}, now_ms=NOW,
                          encode_all=encode)
@@ -310,12 +310,12 @@ def test_times_of_one_second_agree_with_the_reference(millis: list[int], second:
         at = where % len(text)
         texts[where] = text[:at] + odd + text[at + 1:]
     items = [event(id=str(uuid.UUID(int=i + 1)), occurredAt=t) for i, t in enumerate(texts)]
-    fast = event_batch._fast_rows(items, NOW, encode_all_orjson)
+    fast = event_columns.fast_rows(items, NOW, encode_all_orjson)
     ref = reference(items, encode_all_orjson)
     if fast is not None:
         assert fast == ref
     if where < 0 and "02-30" not in second:  # the usual batch takes the one-second path
-        assert event_batch._one_second_times(texts, "\n".join(texts)) is not None
+        assert event_columns._one_second_times(texts, "\n".join(texts)) is not None
         assert fast is not None
 
 
@@ -335,5 +335,5 @@ def test_every_layout_of_event_keys_gives_the_reference_rows(shape: str) -> None
     else:
         items[2] = dict(reversed(items[2].items()))
         del items[3]["linkId"]
-    fast = event_batch._fast_rows(items, NOW, encode_all_orjson)
+    fast = event_columns.fast_rows(items, NOW, encode_all_orjson)
     assert fast is not None and fast == reference(items, encode_all_orjson)
