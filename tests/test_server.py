@@ -45,6 +45,17 @@ class App:
             for part in (b"one,", b"two,", b"three"):
                 await send({"type": "http.response.body", "body": part, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+        elif path == "/split":  # a header value that would split the response
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"location", b"/x\r\nset-cookie: evil=1")]})
+            await send({"type": "http.response.body", "body": b""})
+        elif path == "/empty":
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+        elif path == "/bye":  # the application asks to close
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"connection", b"Close"), (b"content-length", b"3")]})
+            await send({"type": "http.response.body", "body": b"bye"})
         elif path == "/boom":
             raise RuntimeError("boom")
         elif path == "/boom-late":
@@ -475,3 +486,63 @@ def test_the_service_configuration_reaches_the_server() -> None:
     tls = server_settings(Config(certfile="c.pem", keyfile="k.pem"))
     assert (tls.certfile, tls.keyfile) == ("c.pem", "k.pem")
     assert server_settings(Config(certfile="c.pem")).certfile is None  # both or neither
+
+
+async def test_http_1_0_is_answered_then_closed(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(b"GET /old HTTP/1.0\r\n\r\n")
+    head, body = await c.response()
+    assert head.status_code == 200 and body == b"path=/old query="
+    assert dict(head.headers)[b"connection"] == b"close"
+    await c.expect_close()
+
+
+async def test_a_streamed_answer_to_http_1_0_ends_with_the_close(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(b"GET /stream HTTP/1.0\r\n\r\n")
+    block = await c._line(b"\r\n\r\n")
+    assert b"transfer-encoding" not in block.lower() and b"connection: close" in block
+    await c.expect_close()
+    assert c.buffer == b"one,two,three"
+
+
+@pytest.mark.parametrize("ask", [b"connection: close\r\n", b"Connection: keep-alive, CLOSE\r\n"])
+async def test_a_client_asking_to_close_gets_its_answer_then_the_close(served: Any,
+                                                                       ask: bytes) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/last", ask) + get("/never"))
+    head, body = await c.response()
+    assert body == b"path=/last query=" and dict(head.headers)[b"connection"] == b"close"
+    await c.expect_close()
+    assert c.buffer == b""  # the pipelined second request was not answered
+
+
+async def test_an_application_asking_to_close_closes(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/bye"))
+    head, body = await c.response()
+    assert body == b"bye" and dict(head.headers)[b"connection"] == b"Close"
+    await c.expect_close()
+
+
+async def test_a_header_that_would_split_the_answer_is_a_500(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/split") + get("/next"))
+    head, body = await c.response()
+    assert head.status_code == 500 and b"internal_error" in body
+    assert not any(k == b"set-cookie" for k, _ in head.headers)
+    assert (await c.response())[1] == b"path=/next query="  # still in step
+
+
+async def test_no_content_has_no_body(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/empty") + get("/next"))
+    head, _ = await c.response(head_only=True)
+    assert head.status_code == 204 and b"transfer-encoding" not in dict(head.headers)
+    assert (await c.response())[1] == b"path=/next query="  # nothing between the two

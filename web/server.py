@@ -26,6 +26,17 @@ Theory of operation, per connection:
    close, the connection closes (after a bounded drain); otherwise the next
    request is read from the same connection.
 
+h11 parses the requests; the responses are written here (:class:`_Response`):
+h11's response side (event objects, header validation by regular
+expressions, its state machine) was half of its cost per request, and the
+application's responses are few and known. The framing rules h11 applied
+are kept: ``content-length`` when the application gives one, else chunked
+(HTTP/1.1) or until close (HTTP/1.0); no body for HEAD, 1xx, 204 and 304;
+``connection: close`` when the connection will close; a header name or value
+holding CR, LF or NUL is refused (500) rather than written. With h11 not
+told of the response, each request after the first gets a fresh
+``h11.Connection`` fed the bytes the previous one had buffered.
+
 Overload: a watchdog task sleeps ``LAG_PROBE_S`` at a time and measures how
 late it wakes up. That delay is how long every runnable task waits for its
 turn, the queue in front of the application (a request passes through it
@@ -101,9 +112,8 @@ _OVER_CAPACITY = refusal(503, "overloaded", "too many connections; retry shortly
                          retry_after=True)
 _SHED_BODY = orjson.dumps({"error": {"code": "overloaded",
                                      "message": "the service is at capacity; retry shortly"}})
-_SHED = h11.Response(status_code=503, reason=b"Service Unavailable",
-                     headers=[(b"content-type", b"application/json"), (b"retry-after", b"1"),
-                              (b"content-length", str(len(_SHED_BODY)).encode())])
+_SHED = [(b"content-type", b"application/json"), (b"retry-after", b"1"),
+         (b"content-length", str(len(_SHED_BODY)).encode())]
 LAG_PROBE_S = 0.005
 LAG_WEIGHT = 0.25
 LAG_REPORT_S = 10.0
@@ -262,17 +272,23 @@ class _Connection:
                  client: tuple[str, int] | None, addr: tuple[str, int] | None) -> None:
         self.server = server
         self.stream = stream
-        self.h11 = h11.Connection(h11.SERVER,
-                                  max_incomplete_event_size=server.settings.max_header_bytes)
+        self.h11 = self._new_h11()
         self.client = client
         self.addr = addr
         self.limit = server.settings.max_header_bytes
         self.idle: trio.CancelScope | None = None
         self.head = False
+        self.keep_alive = True
+        self.http10 = False
         self.started: tuple[int, list[tuple[bytes, bytes]]] | None = None
+        self.chunked = False
         self.complete = False
         self.body_done = False
         self.response_sent: trio.Event | None = None
+
+    def _new_h11(self) -> h11.Connection:
+        return h11.Connection(h11.SERVER,
+                              max_incomplete_event_size=self.server.settings.max_header_bytes)
 
     def shutdown(self) -> None:
         if self.idle is not None:
@@ -308,20 +324,38 @@ class _Connection:
                 await self._reject(h11.RemoteProtocolError("head too large",
                                                            error_status_hint=431))
                 return
+            self._begin(event)
             if server.shedding:
-                if not await self._shed(event.method == b"HEAD"):
+                if not await self._shed():
                     return
             elif not await self._respond(event):
                 return
             conn = self.h11
             if conn.their_state is h11.SEND_BODY:
                 self._skip_buffered_body()
-            if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-                conn.start_next_cycle()
+            if self.keep_alive and conn.their_state is h11.DONE:
+                data, closed = conn.trailing_data
+                self.h11 = self._new_h11()
+                if data:  # (b"" would tell h11 the client closed)
+                    self.h11.receive_data(bytes(data))
+                if closed:
+                    self.h11.receive_data(b"")
                 continue
             if conn.their_state is h11.SEND_BODY:
                 await self._drain_and_close()
             return
+
+    def _begin(self, request: h11.Request) -> None:
+        """A request starts: whether the connection can carry another one
+        after it (h11's rule: HTTP/1.1 without ``connection: close``)."""
+        self.head = request.method == b"HEAD"
+        self.http10 = request.http_version != b"1.1"
+        self.keep_alive = not self.http10 and not _says_close(request.headers)
+        self.started = None
+        self.chunked = False
+        self.complete = False
+        self.body_done = False
+        self.response_sent = None
 
     def _skip_buffered_body(self) -> None:
         """The application answered without reading the body (a GET's empty
@@ -339,15 +373,13 @@ class _Connection:
             answer = refusal(400, "bad_request", "malformed HTTP request")
         await _refuse(self.stream, answer)
 
-    async def _shed(self, head: bool) -> bool:
+    async def _shed(self) -> bool:
         self.server.shed += 1
-        conn = self.h11
         try:
-            out = conn.send(_SHED)
-            if not head:
-                out += conn.send(h11.Data(data=_SHED_BODY))
-            await self.stream.send_all(out + conn.send(h11.EndOfMessage()))
-        except (*_CLOSED, h11.LocalProtocolError):
+            await self._send({"type": "http.response.start", "status": 503,
+                              "headers": list(_SHED)})
+            await self._send({"type": "http.response.body", "body": _SHED_BODY})
+        except _CLOSED:
             return False
         return True
 
@@ -358,11 +390,6 @@ class _Connection:
         if scope is None:
             await _refuse(self.stream, refusal(400, "bad_request", "malformed request target"))
             return False
-        self.head = request.method == b"HEAD"
-        self.started = None
-        self.complete = False
-        self.body_done = False
-        self.response_sent = None
         try:
             await self.server.app(scope, self._receive, self._send)
         except _CLOSED:
@@ -375,7 +402,7 @@ class _Connection:
                 await self._send({"type": "http.response.start", "status": 500,
                                   "headers": [(b"content-type", b"application/json")]})
                 await self._send({"type": "http.response.body", "body": _INTERNAL})
-            except (*_CLOSED, h11.LocalProtocolError):
+            except (*_CLOSED, ValueError):
                 return False
         return self.complete  # False: the application ended without a whole response
 
@@ -444,7 +471,6 @@ class _Connection:
 
     async def _send(self, message: Message) -> None:
         kind = message["type"]
-        conn = self.h11
         if kind == "http.response.start":
             headers = list(message.get("headers", ()))
             self.started = (int(message["status"]), headers)
@@ -455,21 +481,48 @@ class _Connection:
         if self.started is not None:
             status, headers = self.started
             self.started = None
-            headers.append(self.server.date.header())
-            if self.server.closing:
-                headers.append((b"connection", b"close"))
-            out = conn.send(h11.Response(status_code=status, headers=headers,
-                                         reason=_REASONS.get(status, b"")))
+            out = self._head(status, headers)
         body = message.get("body", b"")
-        if body and not self.head:
-            out += conn.send(h11.Data(data=body))
-        if not message.get("more_body", False):
-            out += conn.send(h11.EndOfMessage())
+        more = message.get("more_body", False)
+        if self.chunked:
+            if body:
+                out += b"%x\r\n%s\r\n" % (len(body), body)
+            if not more:
+                out += b"0\r\n\r\n"
+        elif body and not self.head:
+            out += body
+        if not more:
             self.complete = True
         if out:
             await self.stream.send_all(out)
         if self.complete and self.response_sent is not None:
             self.response_sent.set()
+
+    def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
+        """The status line and headers, with the framing h11 would choose;
+        ValueError for a header that would split the response."""
+        headers.append(self.server.date.header())
+        names = [name.lower() for name, _ in headers]
+        bodiless = self.head or status < 200 or status in (204, 304)
+        if b"content-length" not in names and not bodiless:
+            if self.http10:
+                self.keep_alive = False  # the end of the body is the close
+            else:
+                headers.append((b"transfer-encoding", b"chunked"))
+                self.chunked = not self.head
+        if b"connection" in names and _says_close(headers):
+            self.keep_alive = False
+        if self.server.closing or not self.keep_alive:
+            self.keep_alive = False
+            if not _says_close(headers):
+                headers.append((b"connection", b"close"))
+        lines = [b"HTTP/1.1 %d %s" % (status, _REASONS.get(status, b""))]
+        lines += [b"%s: %s" % pair for pair in headers]
+        head = b"\r\n".join(lines)
+        if head.count(b"\n") != len(lines) - 1 or head.count(b"\r") != len(lines) - 1 \
+                or b"\0" in head:
+            raise ValueError("a response header holds CR, LF or NUL")
+        return head + b"\r\n\r\n"
 
     async def _drain_and_close(self) -> None:
         """The response is out but the client's body was not read (413, an
@@ -498,6 +551,15 @@ async def _refuse(stream: trio.abc.Stream, answer: bytes) -> None:
         except (*_CLOSED, ssl.SSLError):
             pass
     await trio.aclose_forcefully(stream)
+
+
+def _says_close(headers: Any) -> bool:
+    """Whether a ``connection`` header lists ``close``."""
+    for name, value in headers:
+        if name.lower() == b"connection" and b"close" in [
+                token.strip() for token in value.lower().split(b",")]:
+            return True
+    return False
 
 
 def _address(sockaddr: Any) -> tuple[str, int] | None:
