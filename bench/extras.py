@@ -25,6 +25,7 @@ import datetime
 import json
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -37,8 +38,9 @@ REPO_ROOT = BENCH_DIR.parent
 OUT_DIR = BENCH_DIR / "out"
 STEPS: tuple[str, ...] = ("attribution", "overload", "scale_lite", "memory", "webhooks")
 ESTIMATE_S: Mapping[str, Mapping[str, int]] = {
-    "full": {"attribution": 60, "overload": 60, "scale_lite": 80, "memory": 45,
-             "webhooks": 20},
+    # about 1.5 times the run of 2026-11-22 10:09 (15, 41, 37, 15 and 7 s)
+    "full": {"attribution": 25, "overload": 60, "scale_lite": 55, "memory": 25,
+             "webhooks": 15},
     "quick": {"attribution": 30, "overload": 45, "scale_lite": 35, "memory": 15,
               "webhooks": 10},
 }
@@ -105,6 +107,7 @@ def run(names: Sequence[str], quick: bool) -> tuple[dict[str, str], list[str]]:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     for name in names:
         print(f"[bench] step {name} ...", file=sys.stderr, flush=True)
+        started = time.monotonic()
         try:
             data = RUNNERS[name](quick)
         except Exception as exc:  # a failed step must not lose the others' results
@@ -113,5 +116,6 @@ def run(names: Sequence[str], quick: bool) -> tuple[dict[str, str], list[str]]:
             continue
         (OUT_DIR / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
         sections[name] = report_sections.render(name, data)
-        print(f"[bench] step {name}: done", file=sys.stderr, flush=True)
+        print(f"[bench] step {name}: done in {time.monotonic() - started:.0f}s",
+              file=sys.stderr, flush=True)
     return sections, notes

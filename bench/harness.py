@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import resource
@@ -42,7 +43,15 @@ if __package__ in (None, ""):  # run as `python bench/harness.py`: make `bench` 
 import attrs
 
 from bench import extras, pyspy, report
-from bench.results import AGAIN, PhaseResult, RunRecord, TargetResult, as_json, ratios_for
+from bench.results import (
+    AGAIN,
+    HYPERCORN_302,
+    PhaseResult,
+    RunRecord,
+    TargetResult,
+    as_json,
+    ratios_for,
+)
 from bench.server import (
     BenchFailed,
     RunningServer,
@@ -76,6 +85,7 @@ class Profile:
     warmup_s: int
     loaded_s: int
     unloaded_s: int
+    paired_s: int = 3
     connections: int = 32
     threads: int = 1
 
@@ -83,12 +93,13 @@ class Profile:
         return (
             f"warm-up {self.warmup_s}s at c{self.connections}, then "
             f"-t{self.threads} -c{self.connections} -d{self.loaded_s}s and "
-            f"-t1 -c1 -d{self.unloaded_s}s"
+            f"-t1 -c1 -d{self.unloaded_s}s; paired baseline runs -c{self.connections} "
+            f"-d{self.paired_s}s"
         )
 
 
 FULL = Profile("full", warmup_s=2, loaded_s=8, unloaded_s=5)
-QUICK = Profile("quick", warmup_s=1, loaded_s=3, unloaded_s=2)
+QUICK = Profile("quick", warmup_s=1, loaded_s=3, unloaded_s=2, paired_s=2)
 
 
 @attrs.frozen
@@ -101,8 +112,10 @@ def estimate_seconds(targets: Sequence[Target], profile: Profile) -> int:
     """A generous upper estimate of the run's wall time."""
     per_target = STARTUP_ALLOWANCE_S + profile.warmup_s + profile.loaded_s + profile.unloaded_s
     baselines = sum(1 for t in targets if t.group == "baseline")
-    again = baselines if len(targets) > baselines else 0  # measured again after the paths
-    return (len(targets) + again) * per_target
+    paths = len(targets) - baselines
+    again = baselines if paths else 0  # measured again after the paths
+    pairs = (paths + 1) * (profile.paired_s + 1) if paths else 0
+    return (len(targets) + again) * per_target + pairs
 
 
 def plan_pinning() -> Pinning:
@@ -264,6 +277,41 @@ def _measure(
     )
 
 
+class PairedBaseline:
+    """The bare Hypercorn 302 app, kept running through the paths and measured
+    for ``profile.paired_s`` seconds at the paths' concurrency just before and
+    just after each path (one run between two paths serves both): the paired
+    baseline of ``TargetResult.paired``. Idle, it costs the paths nothing."""
+
+    def __init__(self, target: Target, profile: Profile, pinning: Pinning) -> None:
+        workdir = OUT_DIR / "paired-baseline"
+        if workdir.exists():
+            shutil.rmtree(workdir)
+        workdir.mkdir(parents=True)
+        self.workdir, self.profile = workdir, profile
+        self.server = _start(target, workdir, pinning)
+        values = {"python": sys.executable, "port": str(self.server.port),
+                  "workdir": str(workdir)}
+        script = workdir / "wrk.lua"
+        script.write_text(_lua_for(target, values))
+        self._argv = functools.partial(
+            wrk_argv, url=self.server.base_url + target.paths[0], script=str(script),
+            connections=profile.connections, threads=profile.threads,
+            cpus=target.wrk_cpus if pinning.enabled else None)
+        self.runs = 0
+        self.measure()  # a warm-up, not used
+
+    def measure(self) -> float:
+        seconds = self.profile.paired_s
+        self.runs += 1
+        result = _measure(self.server, self._argv(duration_s=seconds), seconds,
+                          self.workdir / f"wrk-{self.runs}.txt", self.profile.connections)
+        return result.load.rps
+
+    def stop(self) -> None:
+        stop_server(self.server)
+
+
 def _children_cpu_seconds() -> float:
     """CPU time of the harness's waited-for children (wrk: the server is waited for last)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -277,16 +325,31 @@ def run(targets: Sequence[Target], profile: Profile, command: str) -> RunRecord:
     started = time.monotonic()
     started_at = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     results = []
-    for target in targets:
-        print(f"[bench] {target.name} ...", file=sys.stderr, flush=True)
-        result = measure_target(target, profile, pinning)
-        print(
-            f"[bench] {target.name}: {result.loaded.load.rps:,.0f} req/s at "
-            f"c{profile.connections}, p99 c1 {result.unloaded.load.p99_ms:.2f} ms",
-            file=sys.stderr,
-            flush=True,
-        )
-        results.append(result)
+    hypercorn = next((t for t in targets if t.name == HYPERCORN_302), None)
+    has_paths = any(t.group != "baseline" for t in targets)
+    pair = PairedBaseline(hypercorn, profile, pinning) if hypercorn and has_paths else None
+    try:
+        last: float | None = None
+        for target in targets:
+            print(f"[bench] {target.name} ...", file=sys.stderr, flush=True)
+            paired = pair is not None and target.group != "baseline"
+            before = (last or pair.measure()) if pair is not None and paired else None
+            result = measure_target(target, profile, pinning)
+            if pair is not None and before is not None:
+                last = pair.measure()
+                result = attrs.evolve(result, paired=(before, last))
+            ratio = result.paired_ratio
+            print(
+                f"[bench] {target.name}: {result.loaded.load.rps:,.0f} req/s at "
+                f"c{profile.connections}, p99 c1 {result.unloaded.load.p99_ms:.2f} ms"
+                + (f", paired ratio {ratio:.2f}" if ratio is not None else ""),
+                file=sys.stderr,
+                flush=True,
+            )
+            results.append(result)
+    finally:
+        if pair is not None:
+            pair.stop()
     if any(t.group != "baseline" for t in targets):
         # The baselines again, after the paths: ratios use the mean of both runs.
         for target in [t for t in targets if t.group == "baseline"]:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bench import report_sections
-from bench.results import AGAIN, BASELINES, RunRecord, TargetResult
+from bench.results import AGAIN, BASELINES, HYPERCORN_302, RunRecord, TargetResult
 from bench.wrk import wrk_version
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -126,6 +126,7 @@ def render_table(record: RunRecord) -> str:
         "p99 c1",
         "CPU µs/req",
         *(f"ratio vs {b}" for b in BASELINES),
+        f"paired ratio vs {HYPERCORN_302}",
     ]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in record.results:
@@ -141,6 +142,7 @@ def render_table(record: RunRecord) -> str:
             fmt_ms(r.unloaded.load.p99_ms),
             "n/a" if cpu is None else f"{cpu:,.0f}",
             *(fmt_ratio(ratios.get(b)) for b in BASELINES),
+            "" if r.paired is None else fmt_ratio(r.paired_ratio),
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
@@ -249,6 +251,14 @@ def render_readme(record: RunRecord, kept: str, sections: Mapping[str, str] | No
         f"Ratios: this path's req/s at c{c} divided by the baseline's, same run: the "
         f"mean of the baseline measured before the paths and again after them "
         f"(rows `{AGAIN}`), so a drift of the machine during the run counts on both sides.",
+        "",
+        f"Paired ratio: this path's req/s at c{c} divided by the mean of two short runs "
+        f"of `{HYPERCORN_302}` (same wrk settings; lengths in the phases line above) made just "
+        "before and just after this path's measurements, with that server kept "
+        "running idle through the run. On this shared machine the speed of everything "
+        "can change by a third within minutes (another tenant's load), so the "
+        "baseline measured next to a path is the fairer yardstick; the goals below "
+        "are judged on it.",
         "",
     ]
     if not service:

@@ -55,6 +55,18 @@ class TargetResult:
     exit_status: int
     stopped_cleanly: bool
     note: str | None = None
+    paired: tuple[float, float] | None = None
+    """req/s of the bare Hypercorn 302 app (c32, same wrk settings) measured
+    just before and just after this path's measurements: the paired baseline."""
+
+    @property
+    def paired_ratio(self) -> float | None:
+        """Loaded req/s over the mean of the paired baseline's two runs: the
+        ratio least moved by the machine's drift (minutes apart, another
+        tenant's load can change every number by a third)."""
+        if self.paired is None or not all(self.paired):
+            return None
+        return self.loaded.load.rps / (sum(self.paired) / 2)
 
 
 @attrs.frozen

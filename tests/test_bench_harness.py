@@ -7,13 +7,21 @@ error and unit cases).
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 # bench/ is not an installed package; make the repository root importable.
 from bench import extras
 from bench.harness import FULL, estimate_seconds
 from bench.report import DEFAULT_KEPT, KEEP_END, KEEP_START, kept_section
-from bench.results import H11_302, HYPERCORN_302, compute_ratios
+from bench.results import (
+    H11_302,
+    HYPERCORN_302,
+    PhaseResult,
+    RunRecord,
+    TargetResult,
+    compute_ratios,
+)
 from bench.server import ProcStat
 from bench.targets import all_targets
 from bench.wrk import lua_string, parse_wrk_output, render_lua
@@ -148,3 +156,31 @@ def test_a_baseline_measured_again_counts_as_the_mean_of_both() -> None:
     assert ratios["init"][HYPERCORN_302] == pytest.approx(0.9)
     assert ratios[HYPERCORN_302 + AGAIN][HYPERCORN_302] == pytest.approx(0.8)
     assert ratios["init"][H11_302] == pytest.approx(0.225)  # measured once: itself
+
+
+def _result(name: str, rps: float, paired: tuple[float, float] | None) -> TargetResult:
+    load = parse_wrk_output(WRK_TEXT)
+    phase = PhaseResult(connections=32, load=attrs.evolve(load, rps=rps), server_cpu_s=1.0,
+                        wrk_argv=("wrk",))
+    return TargetResult(name=name, group="service", description="", server_argv=(),
+                        loaded=phase, unloaded=phase, exit_status=0, stopped_cleanly=True,
+                        paired=paired)
+
+
+def test_the_paired_ratio_is_to_the_mean_of_the_runs_next_to_the_path() -> None:
+    assert _result("init", 2250.0, (2000.0, 3000.0)).paired_ratio == pytest.approx(0.9)
+    assert _result("init", 2250.0, None).paired_ratio is None
+    assert _result("init", 2250.0, (0.0, 3000.0)).paired_ratio is None  # a failed run
+
+
+def test_the_table_shows_the_paired_ratio_of_paths_only() -> None:
+    from bench.report import render_table
+
+    results = (_result(HYPERCORN_302, 2500.0, None), _result("init", 2250.0, (2000.0, 3000.0)))
+    record = RunRecord(started_at="", command="", profile="full", durations="", pinning="",
+                       machine=(), versions=(), results=results,
+                       ratios=compute_ratios({r.name: r.loaded.load.rps for r in results}),
+                       elapsed_s=1.0)
+    head, _, base, path = render_table(record).splitlines()
+    assert head.endswith(f"| paired ratio vs {HYPERCORN_302} |")
+    assert base.endswith("| n/a |  |") and path.endswith("| 0.90 | n/a | 0.90 |")
