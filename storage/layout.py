@@ -84,8 +84,12 @@ def uid(value: str) -> bytes:
     return uuid.UUID(value).bytes
 
 
-def from_uid(raw: bytes) -> str:
-    return str(uuid.UUID(bytes=bytes(raw)))
+def from_uid(raw: bytes | memoryview) -> str:
+    """``str(uuid.UUID(bytes=raw))``, without building the UUID."""
+    if len(raw) != 16:
+        raise ValueError("a stored id is 16 bytes")
+    h = bytes(raw).hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def ms(value: int) -> bytes:
