@@ -93,8 +93,9 @@ class Profile:
         return (
             f"warm-up {self.warmup_s}s at c{self.connections}, then "
             f"-t{self.threads} -c{self.connections} -d{self.loaded_s}s and "
-            f"-t1 -c1 -d{self.unloaded_s}s; paired baseline runs -c{self.connections} "
-            f"-d{self.paired_s}s"
+            f"-t1 -c1 -d{self.unloaded_s}s"
+            + (f"; paired baseline runs -c{self.connections} -d{self.paired_s}s"
+               if self.paired_s else "")
         )
 
 

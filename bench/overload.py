@@ -32,8 +32,9 @@ from bench.target import Target
 BENCH_DIR = Path(__file__).resolve().parent
 OUT = OUT_DIR / "overload.json"
 LIMITS = (("default", 50), ("tight", 25), ("off", 0))
-FULL = Profile("c256", warmup_s=2, loaded_s=8, unloaded_s=1, connections=256)
-QUICK = Profile("c256-quick", warmup_s=1, loaded_s=4, unloaded_s=1, connections=256)
+FULL = Profile("c256", warmup_s=2, loaded_s=8, unloaded_s=1, paired_s=0, connections=256)
+QUICK = Profile("c256-quick", warmup_s=1, loaded_s=4, unloaded_s=1, paired_s=0,
+                connections=256)
 
 
 def variants() -> list[tuple[str, int, Target]]:

@@ -148,6 +148,45 @@ def render_table(record: RunRecord) -> str:
     return "\n".join(rows)
 
 
+# The performance budget (issue 8), per path name prefix: the least paired
+# ratio to the bare Hypercorn 302 app, and the most unloaded p99 (ms).
+RATIO_GOALS = (("redirect-", 0.9), ("init-", 0.85))
+P99_GOAL_MS = 2.0
+EVENTS_GOAL = 100_000  # accepted events a second, batches of 100
+EVENTS_PATH = "events-batch-100"
+
+
+def render_goals(record: RunRecord) -> list[str]:
+    """Each goal of the budget that this run's paths can tell, met or not."""
+    rows: list[tuple[str, str, str, bool]] = []
+    for r in record.results:
+        for prefix, least in RATIO_GOALS:
+            if r.name.startswith(prefix) and r.paired_ratio is not None:
+                rows.append((r.name, f"paired ratio >= {least}", f"{r.paired_ratio:.2f}",
+                             r.paired_ratio >= least))
+                p99 = r.unloaded.load.p99_ms
+                rows.append((r.name, f"p99 c1 < {P99_GOAL_MS:g} ms", fmt_ms(p99),
+                             p99 < P99_GOAL_MS))
+        if r.name == EVENTS_PATH:
+            events = r.loaded.load.rps * 100
+            rows.append((r.name, f"events/s >= {EVENTS_GOAL:,}", f"{events:,.0f}",
+                         events >= EVENTS_GOAL))
+    if not rows:
+        return []
+    met = sum(1 for *_, ok in rows if ok)
+    return [
+        f"### Goals, this run: {met} of {len(rows)} met",
+        "",
+        "| path | goal | this run | met |",
+        "|---|---|---|---|",
+        *(f"| {name} | {goal} | {value} | {'yes' if ok else '**no**'} |"
+          for name, goal, value, ok in rows),
+        "",
+        "Webhook deliveries (goal: 2,000 a second) are in their own section below.",
+        "",
+    ]
+
+
 NOISY_LOAD = 0.1  # cores' worth of other processes' CPU during a measured run
 
 
@@ -260,6 +299,7 @@ def render_readme(record: RunRecord, kept: str, sections: Mapping[str, str] | No
         "baseline measured next to a path is the fairer yardstick; the goals below "
         "are judged on it.",
         "",
+        *render_goals(record),
     ]
     if not service:
         lines += [

@@ -35,6 +35,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
 import httpx
 
 from bench import bulk_data, report_sections
@@ -146,7 +147,8 @@ def redirect_load(data: Path, sample: list[str], quick: bool, size: str) -> dict
                     paths_file="{workdir}/slugs.txt",
                     headers=(("user-agent", DESKTOP_UA), ("cf-ipcountry", "SE")),
                     prepare=prepare)
-    profile = QUICK_PROFILE if quick else FULL_PROFILE
+    # one path on its own: no paired baseline
+    profile = attrs.evolve(QUICK_PROFILE if quick else FULL_PROFILE, paired_s=0)
     result = measure_target(target, profile, plan_pinning())
     out: dict[str, object] = {"profile": profile.describe()}
     for name in ("loaded", "unloaded"):
