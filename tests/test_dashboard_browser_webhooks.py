@@ -129,7 +129,9 @@ def test_add_an_endpoint_send_a_test_and_see_it_delivered(
         copy = page.get_by_role("button", name="Copy")
         assert copy.is_visible()                                  # the script showed it
         copy.click()
-        assert page.get_by_role("button", name="Copied").is_visible()
+        # the label changes when the clipboard promise settles: wait for it
+        # (an immediate check failed under load)
+        expect(page.get_by_role("button", name="Copied")).to_be_visible(timeout=5_000)
 
         page.get_by_role("button", name="Send test").click()
         page.wait_for_url(re.compile(r"/dashboard/settings/webhooks/deliveries/[0-9a-f-]{36}"))
