@@ -546,3 +546,32 @@ async def test_no_content_has_no_body(served: Any) -> None:
     head, _ = await c.response(head_only=True)
     assert head.status_code == 204 and b"transfer-encoding" not in dict(head.headers)
     assert (await c.response())[1] == b"path=/next query="  # nothing between the two
+
+
+async def test_a_port_in_use_is_a_plain_error() -> None:
+    from web.server import ListenFailed
+
+    taken = trio.socket.socket()
+    await taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    server = HttpServer(App(), ServerSettings(host="127.0.0.1", port=port))
+    with taken, pytest.raises(ListenFailed, match=f"cannot listen on 127.0.0.1:{port}"):
+        await server.serve(trio.Event())
+
+
+def test_the_service_says_so_when_its_port_is_taken(tmp_path: Any) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "web.cli", "serve", "--port", str(port), "--data",
+             str(tmp_path / "data")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f"svc: cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr

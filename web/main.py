@@ -30,7 +30,7 @@ from svc_engine.config import Config
 from web import logs, tenancy, useragent
 from web.assembly import build_front, start_services
 from web.front import Front
-from web.server import HttpServer, ServerSettings
+from web.server import HttpServer, ListenFailed, ServerSettings
 from web.services import system_random
 
 log = logging.getLogger("svc")
@@ -142,6 +142,14 @@ async def _serve_http(front: Front, config: Config, stop: trio.Event, *,
 
 
 def run(config: Config, *, bootstrap: bool = False) -> None:
-    with contextlib.suppress(KeyboardInterrupt):
-        trio.run(lambda: serve(config, bootstrap=bootstrap))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            trio.run(lambda: serve(config, bootstrap=bootstrap))
+    except* ListenFailed as group:  # one line, not a traceback: the usual cause is plain
+        failed: BaseException = group
+        while isinstance(failed, BaseExceptionGroup):  # nested by the nurseries
+            failed = failed.exceptions[0]
+        print(f"svc: {failed} (is another svc running? SVC_PORT or --port "
+              "choose another port)", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     sys.stdout.flush()

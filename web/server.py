@@ -81,6 +81,10 @@ ASGI = {"version": "3.0", "spec_version": "2.3"}
 _CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
+class ListenFailed(OSError):
+    """The address to serve on could not be bound (in use, not allowed)."""
+
+
 @attrs.frozen
 class ServerSettings:
     host: str
@@ -152,7 +156,12 @@ class HttpServer:
     async def serve(self, stop: trio.Event, *,
                     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         s = self.settings
-        listeners = await trio.open_tcp_listeners(s.port, host=s.host or None, backlog=1024)
+        try:
+            listeners = await trio.open_tcp_listeners(s.port, host=s.host or None,
+                                                      backlog=1024)
+        except OSError as e:
+            raise ListenFailed(f"cannot listen on {s.host or '*'}:{s.port}: "
+                               f"{e.strerror or e}") from e
         binds = [_bind_name(self.scheme, ln.socket.getsockname()) for ln in listeners]
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as acceptors:
