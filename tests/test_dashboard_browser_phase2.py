@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from tests.deferred_helpers import IOS_UA, PLATFORMS
 from tests.server_process import ServerProcess
@@ -112,7 +113,9 @@ def test_live_events_shows_a_new_click_without_a_reload(page: Any,
         link = c.post("/v1/links", json={"path": "/live", "title": "Watched link"}).json()
     page.get_by_role("link", name="Live events").click()
     status = page.locator("#live-status")
-    assert status.get_by_text("Live: updates every 5 seconds").is_visible()
+    # the page's script writes the status once it runs: wait for it (an
+    # immediate check failed once under load)
+    expect(status.get_by_text("Live: updates every 5 seconds")).to_be_visible(timeout=5_000)
     assert page.get_by_text("Waiting for the first event").is_visible()
     page.evaluate("window.__sameDocument = true")
 
