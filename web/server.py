@@ -26,7 +26,7 @@ Theory of operation, per connection:
    close, the connection closes (after a bounded drain); otherwise the next
    request is read from the same connection.
 
-h11 parses the requests; the responses are written here (:class:`_Response`):
+h11 parses the requests; the responses are written here (``_Connection._head``):
 h11's response side (event objects, header validation by regular
 expressions, its state machine) was half of its cost per request, and the
 application's responses are few and known. The framing rules h11 applied
