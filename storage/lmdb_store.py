@@ -60,7 +60,7 @@ class LmdbStore:
             with self.env.begin(write=True) as txn:
                 for name in layout.DATABASES:
                     self._db[name] = self.env.open_db(name, txn=txn)
-                migrate(txn, self._db)
+            migrate(self.env, self._db)
         self.writer = Writer(self.env, inline=inline_commit)
         self.cache = DecodeCache()
 

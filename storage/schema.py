@@ -1,9 +1,13 @@
 """Schema version and migrations.
 
 ``SCHEMA_VERSION`` is stored in the ``meta`` database. On open, each migration
-from the stored version up to the current one runs inside the opening write
-transaction, so an upgrade is all or nothing. A data dir written by a newer
-version is refused rather than misread.
+from the stored version up to the current one runs before the store is used,
+in write transactions of bounded size: a migration that rewrites every record
+of a kind (4: every retained event's dedup entry) does a slice per
+transaction and records where it stopped, so a data dir of any size stays
+under LMDB's dirty-page limit and a crash resumes where the last committed
+slice ended. The version moves only when a migration has finished. A data
+dir written by a newer version is refused rather than misread.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from storage import layout
 
 SCHEMA_VERSION = 6
 _KEY = b"schema_version"
+_RESUME = b"schema_resume"  # b"<version>:" + where the unfinished migration goes on
+SLICE = 10_000  # records a resumable migration rewrites in one transaction
 Databases = dict[bytes, Any]
+Resume = bytes | None  # where a migration goes on in its next transaction; None: done
 
 
 def _index_installs_by_time(txn: lmdb.Transaction, dbs: Databases) -> None:
@@ -53,7 +60,7 @@ def _index_click_window(txn: lmdb.Transaction, dbs: Databases) -> None:
                     db=by_net)
 
 
-def _order_event_ids_by_time(txn: lmdb.Transaction, dbs: Databases) -> None:
+def _order_event_ids_by_time(txn: lmdb.Transaction, dbs: Databases, resume: bytes) -> Resume:
     """4: an event's dedup entry is keyed by install, the time the event says
     it occurred and id (was: install and id), so a batch's entries are written
     together instead of one page each (storage/event_records.py). The time
@@ -70,7 +77,7 @@ def _order_event_ids_by_time(txn: lmdb.Transaction, dbs: Databases) -> None:
             return None
         return dedup_key(scope, install, sent_at_ms(event_json(event_key, bytes(raw))), id16)
 
-    _rekey(txn, dbs[b"event_ids"], 17 + 16 + 16, new_key)
+    return _rekey(txn, dbs[b"event_ids"], 17 + 16 + 16, new_key, resume)
 
 
 def _decisions_into_the_time_index(txn: lmdb.Transaction, dbs: Databases) -> None:
@@ -101,39 +108,52 @@ def _window_without_time_index(txn: lmdb.Transaction, dbs: Databases) -> None:
 
 
 def _rekey(txn: lmdb.Transaction, db: Any, old_size: int,
-           new_key: Callable[[bytes, bytes], bytes | None]) -> None:
-    """Give every key of ``db`` that is ``old_size`` bytes long its new key
-    (None: drop the entry), value unchanged. A slice at a time: old and new
-    keys share the database (the new ones are longer, so never taken for
-    old), and a slice is read before any of it is rewritten."""
-    resume = b""
-    while True:
-        old: list[tuple[bytes, bytes]] = []
-        cur = txn.cursor(db=db)
-        ok = cur.set_range(resume)
-        while ok and len(old) < 10_000:
-            key = bytes(cur.key())
-            if len(key) == old_size:
-                old.append((key, bytes(cur.value())))
-            ok = cur.next()
-        if not old:
-            return
-        for key, value in old:
-            txn.delete(key, db=db)
-            moved = new_key(key, value)
-            if moved is not None:
-                txn.put(moved, value, db=db)
-        resume = old[-1][0] + b"\x00"
+           new_key: Callable[[bytes, bytes], bytes | None], resume: bytes) -> Resume:
+    """Give the next ``SLICE`` keys of ``db`` from ``resume`` on that are
+    ``old_size`` bytes long their new key (None: drop the entry), value
+    unchanged; where to go on, or None when none was left. Old and new keys
+    share the database (the new ones are longer, so never taken for old), and
+    the slice is read before any of it is rewritten."""
+    old: list[tuple[bytes, bytes]] = []
+    cur = txn.cursor(db=db)
+    ok = cur.set_range(resume)
+    while ok and len(old) < SLICE:
+        key = bytes(cur.key())
+        if len(key) == old_size:
+            old.append((key, bytes(cur.value())))
+        ok = cur.next()
+    if not old:
+        return None
+    for key, value in old:
+        txn.delete(key, db=db)
+        moved = new_key(key, value)
+        if moved is not None:
+            txn.put(moved, value, db=db)
+    return old[-1][0] + b"\x00"
 
 
-# version N -> function taking the write txn and the databases, bringing data
-# from N-1 to N.
-MIGRATIONS: dict[int, Callable[[lmdb.Transaction, Databases], None]] = {
-    2: _index_installs_by_time,
-    3: _index_click_window,
+def _once(migration: Callable[[lmdb.Transaction, Databases], None]) -> Migration:
+    """A migration done in one transaction (its data is small)."""
+
+    def run(txn: lmdb.Transaction, dbs: Databases, resume: bytes) -> Resume:
+        migration(txn, dbs)
+        return None
+
+    return run
+
+
+Migration = Callable[[lmdb.Transaction, Databases, bytes], Resume]
+
+
+# version N -> the migration bringing data from N-1 to N: called with a write
+# transaction, the databases and where it stopped (b"" at first) until it
+# returns None.
+MIGRATIONS: dict[int, Migration] = {
+    2: _once(_index_installs_by_time),
+    3: _once(_index_click_window),
     4: _order_event_ids_by_time,
-    5: _decisions_into_the_time_index,
-    6: _window_without_time_index,
+    5: _once(_decisions_into_the_time_index),
+    6: _once(_window_without_time_index),
 }
 
 
@@ -146,17 +166,30 @@ def stored_version(txn: lmdb.Transaction, meta: Any) -> int | None:
     return int(bytes(raw).decode()) if raw is not None else None
 
 
-def migrate(txn: lmdb.Transaction, dbs: Databases) -> int:
+def migrate(env: lmdb.Environment, dbs: Databases) -> int:
+    """Bring the data dir to ``SCHEMA_VERSION`` (a new one is stamped with it)."""
     meta = dbs[b"meta"]
-    current = stored_version(txn, meta)
-    if current is None:
-        txn.put(_KEY, str(SCHEMA_VERSION).encode(), db=meta)
-        return SCHEMA_VERSION
+    with env.begin(write=True) as txn:
+        current = stored_version(txn, meta)
+        if current is None:
+            txn.put(_KEY, str(SCHEMA_VERSION).encode(), db=meta)
+            return SCHEMA_VERSION
     if current > SCHEMA_VERSION:
         raise SchemaTooNew(
             f"data dir has schema {current}, this svc knows up to {SCHEMA_VERSION}: upgrade svc"
         )
-    for v in range(current + 1, SCHEMA_VERSION + 1):
-        MIGRATIONS[v](txn, dbs)
-        txn.put(_KEY, str(v).encode(), db=meta)
+    while current < SCHEMA_VERSION:
+        version = current + 1
+        with env.begin(write=True) as txn:
+            mark = b"%d:" % version
+            saved = txn.get(_RESUME, db=meta)
+            resume = bytes(saved)[len(mark):] if saved and bytes(saved).startswith(mark) \
+                else b""
+            goes_on = MIGRATIONS[version](txn, dbs, resume)
+            if goes_on is None:
+                txn.delete(_RESUME, db=meta)
+                txn.put(_KEY, str(version).encode(), db=meta)
+                current = version
+            else:
+                txn.put(_RESUME, mark + goes_on, db=meta)
     return SCHEMA_VERSION

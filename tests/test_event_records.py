@@ -286,9 +286,11 @@ def _iso(ms: int) -> str:
         "%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
-async def test_migration_to_schema_4_orders_the_dedup_entries_by_time(tmp_path: Any) -> None:
+async def test_migration_to_schema_4_orders_the_dedup_entries_by_time(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import trio
 
+    from storage import schema
     from storage.schema import SCHEMA_VERSION
 
     path = str(tmp_path / "v3")
@@ -310,12 +312,34 @@ async def test_migration_to_schema_4_orders_the_dedup_entries_by_time(tmp_path: 
         txn.put(scope + uid16(INSTALL) + uid16(ev(20)["id"]), b"\x00" * 18, db=ids)  # no event
         txn.put(b"schema_version", b"3", db=s.db(b"meta"))
     s.close()
+    # Two entries a transaction, and the process dies after the second
+    # transaction: the next start goes on where the committed slices ended.
+    monkeypatch.setattr(schema, "SLICE", 2)
+    real, calls = schema.MIGRATIONS[4], []
+
+    def dies_on_the_third_slice(txn: Any, dbs: Any, resume: bytes) -> Any:
+        calls.append(resume)
+        if len(calls) == 3:
+            raise RuntimeError("power cut")
+        return real(txn, dbs, resume)
+
+    monkeypatch.setitem(schema.MIGRATIONS, 4, dies_on_the_third_slice)
+    with pytest.raises(RuntimeError, match="power cut"):
+        LmdbStore(path, map_size=64 << 20)
+    assert calls[0] == b"" and calls[1] > calls[0]
+    stopped = LmdbStore(path, readonly=True)
+    assert stopped.meta("schema_version") == b"3"  # moves only when the migration is done
+    assert stopped.meta("schema_resume") == b"4:" + calls[2]  # where it goes on
+    stopped.close()
+    monkeypatch.setitem(schema.MIGRATIONS, 4, real)
     s = LmdbStore(path, map_size=64 << 20)
     try:
         assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
+        assert s.meta("schema_resume") is None
         ids = s.db(b"event_ids")
-        with s.read() as txn:
-            assert [(bytes(k), bytes(v)) for k, v in txn.cursor(db=ids).iternext()] == entries
+        with s.read() as reading:
+            assert [(bytes(k), bytes(v))
+                    for k, v in reading.cursor(db=ids).iternext()] == entries
         async with trio.open_nursery() as n:
             await n.start(s.writer.run)
             events = EventsStore(s)
@@ -323,8 +347,8 @@ async def test_migration_to_schema_4_orders_the_dedup_entries_by_time(tmp_path: 
             assert again.to_json() == {"accepted": 1, "duplicates": 6}
             assert await events.purge(NOW + 6) == 7
             s.writer.close()
-        with s.read() as txn:
-            assert txn.stat(ids)["entries"] == 0
+        with s.read() as reading:
+            assert reading.stat(ids)["entries"] == 0
     finally:
         s.close()
 
