@@ -27,16 +27,21 @@ Databases = dict[bytes, Any]
 Resume = bytes | None  # where a migration goes on in its next transaction; None: done
 
 
-def _index_installs_by_time(txn: lmdb.Transaction, dbs: Databases) -> None:
+def _index_installs_by_time(txn: lmdb.Transaction, dbs: Databases, resume: bytes) -> Resume:
     """2: installs get a time index (project | mode | created ms | install id),
     so exports and Live events read a time range instead of every install."""
     import cbor2
 
     index = dbs[b"installs_by_time"]
-    for key, raw in txn.cursor(db=dbs[b"installs"]).iternext():
-        created = int(cbor2.loads(bytes(raw))["created_at_ms"])
-        k = bytes(key)
-        txn.put(k[:17] + created.to_bytes(8, "big") + k[17:], b"", db=index)
+    cur = txn.cursor(db=dbs[b"installs"])
+    ok, done, last = cur.set_range(resume), 0, b""
+    while ok and done < SLICE:
+        last = bytes(cur.key())
+        created = int(cbor2.loads(bytes(cur.value()))["created_at_ms"])
+        txn.put(last[:17] + created.to_bytes(8, "big") + last[17:], b"", db=index)
+        done += 1
+        ok = cur.next()
+    return last + b"\x00" if ok else None
 
 
 def _index_click_window(txn: lmdb.Transaction, dbs: Databases) -> None:
@@ -80,7 +85,8 @@ def _order_event_ids_by_time(txn: lmdb.Transaction, dbs: Databases, resume: byte
     return _rekey(txn, dbs[b"event_ids"], 17 + 16 + 16, new_key, resume)
 
 
-def _decisions_into_the_time_index(txn: lmdb.Transaction, dbs: Databases) -> None:
+def _decisions_into_the_time_index(txn: lmdb.Transaction, dbs: Databases,
+                                   resume: bytes) -> Resume:
     """5: a first launch's decision is the value of the install's key in
     ``installs_by_time`` (was: its own database keyed by install id, one more
     tree, four more pages, to write in every commit of a first launch);
@@ -90,14 +96,20 @@ def _decisions_into_the_time_index(txn: lmdb.Transaction, dbs: Databases) -> Non
 
     decisions, installs, by_time = (dbs[b"install_decisions"], dbs[b"installs"],
                                     dbs[b"installs_by_time"])
-    for k, value in txn.cursor(db=decisions).iternext():
-        key = bytes(k)
+    # each slice is moved out, so the next one starts at the beginning again
+    cur = txn.cursor(db=decisions)
+    moved: list[tuple[bytes, bytes]] = []
+    ok = cur.first()
+    while ok and len(moved) < SLICE:
+        moved.append((bytes(cur.key()), bytes(cur.value())))
+        ok = cur.next()
+    for key, value in moved:
+        txn.delete(key, db=decisions)
         raw = txn.get(key, db=installs)
         if raw is not None:
             created = int(cbor2.loads(bytes(raw))["created_at_ms"])
-            txn.put(key[:17] + created.to_bytes(8, "big") + key[17:], bytes(value),
-                    db=by_time)
-    txn.drop(decisions, delete=False)
+            txn.put(key[:17] + created.to_bytes(8, "big") + key[17:], value, db=by_time)
+    return b"" if ok else None
 
 
 def _window_without_time_index(txn: lmdb.Transaction, dbs: Databases) -> None:
@@ -149,10 +161,10 @@ Migration = Callable[[lmdb.Transaction, Databases, bytes], Resume]
 # transaction, the databases and where it stopped (b"" at first) until it
 # returns None.
 MIGRATIONS: dict[int, Migration] = {
-    2: _once(_index_installs_by_time),
-    3: _once(_index_click_window),
+    2: _index_installs_by_time,
+    3: _once(_index_click_window),  # one record per tap of the last 6 hours
     4: _order_event_ids_by_time,
-    5: _once(_decisions_into_the_time_index),
+    5: _decisions_into_the_time_index,
     6: _once(_window_without_time_index),
 }
 

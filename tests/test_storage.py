@@ -176,33 +176,39 @@ async def test_decode_cache_follows_the_stored_bytes(store: LmdbStore) -> None:
     assert store.get_settings(pid).ios_landing_page is False
 
 
-def test_migration_to_schema_2_indexes_existing_installs(tmp_path: os.PathLike[str]) -> None:
-    from storage import layout
+def test_migration_to_schema_2_indexes_existing_installs(
+        tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from storage import layout, schema
     from storage.codec import encode
     from svc_engine.installs import Install
     from svc_engine.keys import Mode
 
     path = os.path.join(str(tmp_path), "v1")
     s = LmdbStore(path, map_size=16 << 20)
-    pid, iid = "00000000-0000-4000-8000-000000000003", "00000000-0000-4000-8000-0000000000a1"
-    install = Install(install_id=iid, project_id=pid, mode=Mode.LIVE, platform="ios",
-                      created_at_ms=1234)
+    pid = "00000000-0000-4000-8000-000000000003"
+    iids = [f"00000000-0000-4000-8000-0000000000a{n}" for n in range(3)]
     with s.env.begin(write=True) as txn:  # a data dir as schema 1 left it
-        txn.put(layout.scope(pid, "live") + layout.uid(iid), encode(install),
-                db=s.db(b"installs"))
+        for n, iid in enumerate(iids):
+            install = Install(install_id=iid, project_id=pid, mode=Mode.LIVE, platform="ios",
+                              created_at_ms=1234 - n)
+            txn.put(layout.scope(pid, "live") + layout.uid(iid), encode(install),
+                    db=s.db(b"installs"))
         txn.drop(s.db(b"installs_by_time"), delete=False)
         txn.put(b"schema_version", b"1", db=s.db(b"meta"))
     s.close()
+    monkeypatch.setattr(schema, "SLICE", 2)  # the index is built two installs at a time
     s = LmdbStore(path, map_size=16 << 20)
     assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()  # 1 -> 2 -> current
     keys = [k for k, _ in s.scan(b"installs_by_time", b"")]
-    assert keys == [layout.scope(pid, "live") + layout.ms(1234) + layout.uid(iid)]
+    assert keys == [layout.scope(pid, "live") + layout.ms(1234 - n) + layout.uid(iids[n])
+                    for n in (2, 1, 0)]
     s.close()
 
 
+@pytest.mark.parametrize("slice_size", [1, 10_000])
 def test_migration_to_schema_5_moves_decisions_into_the_time_index(
-        tmp_path: os.PathLike[str]) -> None:
-    from storage import layout
+        tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch, slice_size: int) -> None:
+    from storage import layout, schema
     from storage.attribution_store import AttributionStore
     from storage.codec import encode
     from svc_engine.installs import Install
@@ -227,6 +233,7 @@ def test_migration_to_schema_5_moves_decisions_into_the_time_index(
                     db=s.db(b"install_decisions"))
         txn.put(b"schema_version", b"4", db=s.db(b"meta"))
     s.close()
+    monkeypatch.setattr(schema, "SLICE", slice_size)
     s = LmdbStore(path, map_size=16 << 20)
     try:
         assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
