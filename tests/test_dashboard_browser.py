@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.server_process import ServerProcess
 
@@ -97,13 +98,13 @@ def test_sign_in_and_sign_out(pages: Pages, server: ServerProcess) -> None:
     page.get_by_label("Password").fill(owner_of(server)[1])
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(re.compile(r"/dashboard/settings/team$"))
-    assert page.get_by_role("heading", name="Team", level=1).is_visible()
+    expect(page.get_by_role("heading", name="Team", level=1)).to_be_visible()
     page.locator(".account-button").click()
     page.get_by_role("button", name="Sign out").click()
     page.wait_for_url(re.compile(r"/dashboard\?done=signed-out"))
-    assert page.get_by_text("You are signed out.").is_visible()
+    expect(page.get_by_text("You are signed out.")).to_be_visible()
     page.goto("/dashboard/settings/keys")
-    assert page.get_by_role("heading", name="Sign in to svc").is_visible()
+    expect(page.get_by_role("heading", name="Sign in to svc")).to_be_visible()
 
 
 def test_switch_project_and_mode(pages: Pages, server: ServerProcess) -> None:
@@ -113,14 +114,14 @@ def test_switch_project_and_mode(pages: Pages, server: ServerProcess) -> None:
     page.get_by_role("link", name="New project").click()
     page.get_by_label("Project name").fill("Second app")
     page.get_by_role("button", name="Create project").click()
-    assert page.get_by_role("heading", name="Second app is ready").is_visible()
+    expect(page.get_by_role("heading", name="Second app is ready")).to_be_visible()
     assert page.get_by_label("Secret key · live").input_value().startswith("sk_live_")
     assert page.locator(".switcher-project").inner_text() == "Second app"
     page.locator(".switcher-button").click()
     page.locator(".switcher-menu").get_by_role("button", name="My app").click()
     page.wait_for_load_state()
     assert page.locator(".switcher-project").inner_text() == "My app"
-    assert page.get_by_text("Test mode", exact=True).is_visible()
+    expect(page.get_by_text("Test mode", exact=True)).to_be_visible()
     page.get_by_role("button", name="Live", exact=True).click()
     page.wait_for_load_state()
     assert page.get_by_role("button", name="Live", exact=True).get_attribute(
@@ -140,17 +141,17 @@ def test_create_and_revoke_a_key(pages: Pages, server: ServerProcess) -> None:
     page.get_by_role("button", name="Create test key").click()
     value = page.get_by_label("Key value").input_value()
     assert re.fullmatch(r"sk_test_[0-9A-Za-z]{32}", value)
-    assert page.get_by_text("Copy this secret key now.").is_visible()
+    expect(page.get_by_text("Copy this secret key now.")).to_be_visible()
     page.goto("/dashboard/settings/keys")
     assert value not in page.content()                       # shown once
     row = page.get_by_role("row").filter(has_text="Browser CI")
-    assert row.get_by_text("Active").is_visible()
+    expect(row.get_by_text("Active")).to_be_visible()
     row.get_by_text("Revoke…").click()
     row.get_by_role("button", name="Revoke key").click()
     page.wait_for_url(re.compile(r"done=key-revoked"))
-    assert page.get_by_text("The key was revoked.").is_visible()
+    expect(page.get_by_text("The key was revoked.")).to_be_visible()
     row = page.get_by_role("row").filter(has_text="Browser CI")
-    assert row.get_by_text("Revoked").is_visible()
+    expect(row.get_by_text("Revoked")).to_be_visible()
 
 
 def test_invite_a_member_who_accepts_in_another_browser(pages: Pages,
@@ -162,23 +163,24 @@ def test_invite_a_member_who_accepts_in_another_browser(pages: Pages,
     page.get_by_label("Role", exact=True).select_option("developer")
     page.get_by_role("button", name="Create invitation").click()
     link = page.get_by_label("Invitation link").input_value()
-    assert "/dashboard/invite/" in link and page.get_by_text("svc sends no e-mail.").is_visible()
+    assert "/dashboard/invite/" in link
+    expect(page.get_by_text("svc sends no e-mail.")).to_be_visible()
 
     guest = pages.new("invitee")
     guest.goto(link)
-    assert guest.get_by_role("heading", name="Join My organization").is_visible()
+    expect(guest.get_by_role("heading", name="Join My organization")).to_be_visible()
     guest.get_by_label("Choose a password").fill("correct horse battery")
     guest.get_by_label("Repeat the password").fill("correct horse battery")
     guest.get_by_role("button", name="Create account and join").click()
     guest.wait_for_url(re.compile(r"/dashboard/build/sdk\?done=joined"))
-    assert guest.get_by_text("You have joined the organization.").is_visible()
+    expect(guest.get_by_text("You have joined the organization.")).to_be_visible()
     assert guest.locator(".account-email").inner_text() == "dev@example.com"
 
     page.reload()
     row = page.get_by_role("row").filter(has_text="dev@example.com")
-    assert row.get_by_text("Developer", exact=True).first.is_visible()
+    expect(row.get_by_text("Developer", exact=True).first).to_be_visible()
     guest.goto(link)
-    assert guest.get_by_role("heading", name="This link no longer works").is_visible()
+    expect(guest.get_by_role("heading", name="This link no longer works")).to_be_visible()
 
 
 def test_switch_theme(pages: Pages, server: ServerProcess) -> None:

@@ -73,7 +73,7 @@ def test_create_a_link_see_its_qr_code_and_debug_a_real_click(page: Any,
     page.locator("#f-campaign").fill("spring")
     page.get_by_role("button", name="Create link").click()
     page.wait_for_url(re.compile(r"/dashboard/links/[0-9a-f-]{36}\?done=link-created$"))
-    assert page.get_by_role("status").filter(has_text="The link was created.").is_visible()
+    expect(page.get_by_role("status").filter(has_text="The link was created.")).to_be_visible()
     qr = page.get_by_role("img", name=re.compile(r"^QR code that opens http"))
     qr.wait_for()
     assert qr.evaluate("img => img.complete && img.naturalWidth > 100")
@@ -85,21 +85,21 @@ def test_create_a_link_see_its_qr_code_and_debug_a_real_click(page: Any,
 
     page.get_by_role("link", name="Debugger").click()
     row = page.get_by_role("row").filter(has_text="Browser link")
-    assert row.get_by_text("iOS 26").is_visible()
+    expect(row.get_by_text("iOS 26")).to_be_visible()
     row.get_by_role("link", name=re.compile(r"^Replay the click")).click()
     result = page.locator("#click-result")
     result.wait_for()
-    assert result.get_by_text("302 redirect to the App Store").is_visible()
-    assert result.get_by_text("Click recorded").is_visible()
+    expect(result.get_by_text("302 redirect to the App Store")).to_be_visible()
+    expect(result.get_by_text("Click recorded")).to_be_visible()
 
     page.get_by_label("Link", exact=True).nth(1).fill(slug)   # the simulate form's field
     page.get_by_label("Android phone").check()
     page.get_by_role("button", name="Simulate").click()
     sim = page.locator("#sim-result")
     sim.wait_for()
-    assert sim.get_by_text("Android phone taps").is_visible()
-    assert sim.get_by_text("302 redirect to the Play Store listing").is_visible()
-    assert sim.get_by_text("Minted").is_visible()
+    expect(sim.get_by_text("Android phone taps")).to_be_visible()
+    expect(sim.get_by_text("302 redirect to the Play Store listing")).to_be_visible()
+    expect(sim.get_by_text("Minted")).to_be_visible()
     with httpx.Client(base_url=server.url, timeout=10,
                       headers={"authorization": f"Bearer {server.info['keys']['sk_test']}"}
                       ) as api:
@@ -116,16 +116,17 @@ def test_live_events_shows_a_new_click_without_a_reload(page: Any,
     # the page's script writes the status once it runs: wait for it (an
     # immediate check failed once under load)
     expect(status.get_by_text("Live: updates every 5 seconds")).to_be_visible(timeout=5_000)
-    assert page.get_by_text("Waiting for the first event").is_visible()
+    expect(page.get_by_text("Waiting for the first event")).to_be_visible()
     page.evaluate("window.__sameDocument = true")
 
     assert tap_as_iphone(server, link["slug"]).status_code == 302
     row = page.locator("#live-rows tr[data-key^='click:']").first
     row.wait_for(timeout=10_000)                          # one 5-second poll, with slack
-    assert row.get_by_text("Watched link").is_visible() and row.get_by_text("iOS 26").is_visible()
+    expect(row.get_by_text("Watched link")).to_be_visible()
+    expect(row.get_by_text("iOS 26")).to_be_visible()
     assert page.evaluate("window.__sameDocument") is True  # no reload happened
     assert page.get_by_text("Waiting for the first event").count() == 0
-    assert status.get_by_text(re.compile(r"^1 new · updated \d\d:\d\d:\d\d UTC$")).is_visible()
+    expect(status.get_by_text(re.compile(r"^1 new · updated \d\d:\d\d:\d\d UTC$"))).to_be_visible()
 
 
 def test_new_pages_fit_a_phone(chromium: Any, server: ServerProcess,

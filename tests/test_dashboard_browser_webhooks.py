@@ -114,8 +114,8 @@ def test_add_an_endpoint_send_a_test_and_see_it_delivered(
     try:
         page.get_by_role("navigation", name="Dashboard").get_by_role(
             "link", name="Webhooks").click()
-        assert page.get_by_role("heading", name="Webhooks", level=1).is_visible()
-        assert page.get_by_text("No endpoints in test mode yet").is_visible()
+        expect(page.get_by_role("heading", name="Webhooks", level=1)).to_be_visible()
+        expect(page.get_by_text("No endpoints in test mode yet")).to_be_visible()
         page.get_by_role("link", name="Add endpoint").first.click()
         page.get_by_label("Endpoint URL").fill(receiver.url)
         page.get_by_label("Description").fill("Browser receiver")
@@ -125,9 +125,9 @@ def test_add_an_endpoint_send_a_test_and_see_it_delivered(
 
         secret = page.get_by_role("textbox", name="Signing secret").input_value()
         assert re.fullmatch(r"whsec_[A-Za-z0-9+/=]+", secret)
-        assert page.get_by_text("Copy this secret now.").is_visible()
+        expect(page.get_by_text("Copy this secret now.")).to_be_visible()
         copy = page.get_by_role("button", name="Copy")
-        assert copy.is_visible()                                  # the script showed it
+        expect(copy).to_be_visible()                                  # the script showed it
         copy.click()
         # the label changes when the clipboard promise settles: wait for it
         # (an immediate check failed under load)
@@ -135,7 +135,7 @@ def test_add_an_endpoint_send_a_test_and_see_it_delivered(
 
         page.get_by_role("button", name="Send test").click()
         page.wait_for_url(re.compile(r"/dashboard/settings/webhooks/deliveries/[0-9a-f-]{36}"))
-        assert page.get_by_text("Test event sent.").is_visible()
+        expect(page.get_by_text("Test event sent.")).to_be_visible()
         status = page.locator("h1 .wh-delivery-status")
         deadline = time.monotonic() + DELIVERED_WITHIN_S
         while True:                     # the page refreshes itself; reload if it stopped
@@ -155,20 +155,20 @@ def test_add_an_endpoint_send_a_test_and_see_it_delivered(
 
         page.get_by_role("link", name="Webhooks", exact=True).first.click()
         row = page.get_by_role("row").filter(has_text="Browser receiver")
-        assert row.get_by_text("Active").is_visible()
-        assert row.get_by_text(re.compile(r"^Last success \d")).is_visible()
+        expect(row.get_by_text("Active")).to_be_visible()
+        expect(row.get_by_text(re.compile(r"^Last success \d"))).to_be_visible()
         assert secret not in page.content()                       # shown once
         page.get_by_role("link", name=f"test delivery {delivery_id}").click()
         page.wait_for_url(re.compile(f"/deliveries/{delivery_id}$"))
         assert page.locator("h1").inner_text().startswith("Test event")
         response = page.get_by_role("region", name="Response")
-        assert response.get_by_text("HTTP 200").is_visible()
+        expect(response.get_by_text("HTTP 200")).to_be_visible()
         assert '"received": true' in page.get_by_label("Response body", exact=True).inner_text()
         sent = page.get_by_label("Request body", exact=True).inner_text()
         assert '"type": "test"' in sent and json.loads(sent) == json.loads(body)
         attempts = page.get_by_role("region", name="Attempts")
         assert attempts.get_by_role("row").filter(has_text="Delivered").count() == 1
-        assert page.get_by_role("button", name="Resend").is_visible()
+        expect(page.get_by_role("button", name="Resend")).to_be_visible()
     finally:
         failure_screenshot(page, "desktop")
         ctx.close()
