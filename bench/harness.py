@@ -333,8 +333,9 @@ def run(targets: Sequence[Target], profile: Profile, command: str) -> RunRecord:
         last: float | None = None
         for target in targets:
             print(f"[bench] {target.name} ...", file=sys.stderr, flush=True)
-            paired = pair is not None and target.group != "baseline"
-            before = (last or pair.measure()) if pair is not None and paired else None
+            before = None
+            if pair is not None and target.group != "baseline":
+                before = last if last is not None else pair.measure()
             result = measure_target(target, profile, pinning)
             if pair is not None and before is not None:
                 last = pair.measure()

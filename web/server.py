@@ -327,17 +327,18 @@ class _Connection:
                     self.idle = None
             if idle.cancelled_caught or not isinstance(event, h11.Request):
                 return  # idle too long, headers too slow, closed, or shutting down
-            if sum(len(k) + len(v) for k, v in event.headers) > self.limit:
+            headers = list(event.headers)  # h11's Headers iterate slowly: once per request
+            if sum(len(k) + len(v) for k, v in headers) > self.limit:
                 # h11 bounds only a head still incomplete; one that arrived
                 # whole in a single read is measured here.
                 await self._reject(h11.RemoteProtocolError("head too large",
                                                            error_status_hint=431))
                 return
-            self._begin(event)
+            self._begin(event, headers)
             if server.shedding:
                 if not await self._shed():
                     return
-            elif not await self._respond(event):
+            elif not await self._respond(event, headers):
                 return
             conn = self.h11
             if conn.their_state is h11.SEND_BODY:
@@ -354,12 +355,12 @@ class _Connection:
                 await self._drain_and_close()
             return
 
-    def _begin(self, request: h11.Request) -> None:
+    def _begin(self, request: h11.Request, headers: list[tuple[bytes, bytes]]) -> None:
         """A request starts: whether the connection can carry another one
         after it (h11's rule: HTTP/1.1 without ``connection: close``)."""
         self.head = request.method == b"HEAD"
         self.http10 = request.http_version != b"1.1"
-        self.keep_alive = not self.http10 and not _says_close(request.headers)
+        self.keep_alive = not self.http10 and not _says_close(headers)
         self.started = None
         self.chunked = False
         self.complete = False
@@ -392,10 +393,10 @@ class _Connection:
             return False
         return True
 
-    async def _respond(self, request: h11.Request) -> bool:
+    async def _respond(self, request: h11.Request, headers: list[tuple[bytes, bytes]]) -> bool:
         """Run the application for one request; False when the connection
         cannot carry another one."""
-        scope = self._scope(request)
+        scope = self._scope(request, headers)
         if scope is None:
             await _refuse(self.stream, refusal(400, "bad_request", "malformed request target"))
             return False
@@ -415,7 +416,7 @@ class _Connection:
                 return False
         return self.complete  # False: the application ended without a whole response
 
-    def _scope(self, request: h11.Request) -> Scope | None:
+    def _scope(self, request: h11.Request, headers: list[tuple[bytes, bytes]]) -> Scope | None:
         target = request.target
         if not target.startswith(b"/"):
             if target == b"*":
@@ -436,7 +437,7 @@ class _Connection:
             "http_version": "1.1" if request.http_version == b"1.1" else "1.0",
             "method": request.method.decode("ascii"), "scheme": self.server.scheme,
             "path": path, "raw_path": raw_path, "query_string": query, "root_path": "",
-            "headers": list(request.headers), "client": self.client, "server": self.addr,
+            "headers": headers, "client": self.client, "server": self.addr,
             "extensions": {},
         }
 
