@@ -575,3 +575,60 @@ def test_the_service_says_so_when_its_port_is_taken(tmp_path: Any) -> None:
     assert done.returncode == 1
     assert f"svc: cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_requests_h11_parses_and_common_ones_alternate_on_one_connection(
+        served: Any) -> None:
+    """Chunked bodies, bare-LF heads and 100-continue go through h11; the
+    plain requests around them, pipelined in the same writes, still arrive
+    whole and in order."""
+    _, _, connect, _ = served
+    c = await connect()
+    chunked = (get("/echo", b"transfer-encoding: chunked\r\n", method=b"POST")
+               + b"3\r\nabc\r\n0\r\n\r\n")
+    plain = get("/echo", b"content-length: 2\r\n", method=b"POST") + b"hi"
+    bare_lf = b"GET /lf HTTP/1.1\nhost: t\n\n"
+    await c.stream.send_all(plain + chunked + plain + bare_lf + chunked + get("/last"))
+    bodies = [(await c.response())[1] for _ in range(6)]
+    assert bodies == [b"hi", b"abc", b"hi", b"path=/lf query=", b"abc", b"path=/last query="]
+
+
+async def test_a_body_arriving_a_byte_at_a_time_is_whole() -> None:
+    seen: list[bytes] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            m = await receive()
+            body += m.get("body", b"")
+            if not m.get("more_body"):
+                break
+        seen.append(body)
+        await _answer(send, 200, body)
+
+    server = HttpServer(app, ServerSettings(host="127.0.0.1", port=0))
+    client_end, server_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.serve_stream, server_end, None, None)
+        c = Client(client_end)
+        for byte in get("/echo", b"content-length: 5\r\n", method=b"POST") + b"hello":
+            await client_end.send_all(bytes([byte]))
+        head, body = await c.response()
+        assert head.status_code == 200 and body == b"hello"
+        await client_end.send_all(get("/echo", b"content-length: 3\r\n", method=b"POST")
+                                  + b"abc")
+        assert (await c.response())[1] == b"abc"
+        await client_end.aclose()
+    assert seen == [b"hello", b"abc"]
+
+
+async def test_a_head_cut_off_by_the_close_gets_a_400() -> None:
+    server = HttpServer(App(), ServerSettings(host="127.0.0.1", port=0))
+    client_end, server_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.serve_stream, server_end, None, None)
+        await client_end.send_all(b"GET / HTTP/1.1\r\nhost: t\r\n")
+        await client_end.send_eof()  # the client stops sending, mid-head
+        c = Client(client_end)
+        head, _ = await c.response()
+        assert head.status_code == 400

@@ -26,7 +26,11 @@ Theory of operation, per connection:
    close, the connection closes (after a bounded drain); otherwise the next
    request is read from the same connection.
 
-h11 parses the requests; the responses are written here (``_Connection._head``):
+Request heads in the common form (CRLF lines, ``content-length`` or no
+body) are parsed by web/request_head.py and their bodies read here; any
+other head (chunked, ``100-continue``, malformed) goes to a fresh
+``h11.Connection`` fed the buffered bytes, which parses that request and
+hands back what follows it. The responses are written here (``_Connection._head``):
 h11's response side (event objects, header validation by regular
 expressions, its state machine) was half of its cost per request, and the
 application's responses are few and known. The framing rules h11 applied
@@ -34,8 +38,8 @@ are kept: ``content-length`` when the application gives one, else chunked
 (HTTP/1.1) or until close (HTTP/1.0); no body for HEAD, 1xx, 204 and 304;
 ``connection: close`` when the connection will close; a header name or value
 holding CR, LF or NUL is refused (500) rather than written. With h11 not
-told of the response, each request after the first gets a fresh
-``h11.Connection`` fed the bytes the previous one had buffered.
+told of the response, a request h11 parses gets an ``h11.Connection`` of
+its own.
 
 Overload: a watchdog task sleeps ``LAG_PROBE_S`` at a time and measures how
 late it wakes up. That delay is how long every runnable task waits for its
@@ -67,6 +71,8 @@ import attrs
 import h11
 import orjson
 import trio
+
+from web.request_head import Head, head_end, parse_head
 
 log = logging.getLogger("svc.server")
 Scope = dict[str, Any]
@@ -275,13 +281,18 @@ class HttpServer:
 
 
 class _Connection:
-    """One client connection: h11 state, the current request's ASGI bridge."""
+    """One client connection: the bytes read ahead, the current request's
+    body state (``body_left``, or ``h11`` for a request h11 parses) and its
+    ASGI bridge."""
 
     def __init__(self, server: HttpServer, stream: trio.abc.Stream,
                  client: tuple[str, int] | None, addr: tuple[str, int] | None) -> None:
         self.server = server
         self.stream = stream
-        self.h11 = self._new_h11()
+        self.pending = b""  # read, not yet parsed
+        self.eof = False  # the client closed its side
+        self.h11: h11.Connection | None = None
+        self.body_left = 0
         self.client = client
         self.addr = addr
         self.limit = server.settings.max_header_bytes
@@ -303,8 +314,43 @@ class _Connection:
         if self.idle is not None:
             self.idle.cancel()
 
-    async def _next_event(self) -> Any:
-        conn = self.h11
+    async def _next_head(self) -> Head | None:
+        """The next request's head (``None``: the client closed); h11's
+        RemoteProtocolError for a malformed one."""
+        while True:
+            end = head_end(self.pending)
+            if end > 0:
+                head = parse_head(self.pending[:end])
+                if head is None:
+                    return await self._h11_head()
+                self.pending = self.pending[end:]
+                self.body_left = head.content_length
+                return head
+            if end == 0 or len(self.pending) > self.limit:
+                return await self._h11_head()  # h11 refuses it (400, 431)
+            if self.eof:
+                return await self._h11_head() if self.pending else None
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+            if data:
+                self.pending += data
+            else:
+                self.eof = True
+
+    async def _h11_head(self) -> Head | None:
+        """Hand the buffered bytes to h11 for this request."""
+        self.h11 = conn = self._new_h11()
+        if self.pending:
+            conn.receive_data(self.pending)
+            self.pending = b""
+        if self.eof:
+            conn.receive_data(b"")
+        event = await self._next_event(conn)
+        if not isinstance(event, h11.Request):
+            return None
+        # h11's Headers iterate slowly: listed once per request
+        return Head(event.method, event.target, event.http_version, list(event.headers), -1)
+
+    async def _next_event(self, conn: h11.Connection) -> Any:
         while True:
             event = conn.next_event()
             if event is not h11.NEED_DATA:
@@ -316,8 +362,9 @@ class _Connection:
         while not server.closing:
             with trio.move_on_after(server.settings.keep_alive_s) as idle:
                 self.idle = idle
+                self.h11 = None
                 try:
-                    event = await self._next_event()
+                    head = await self._next_head()
                 except h11.RemoteProtocolError as e:
                     await self._reject(e)
                     return
@@ -325,56 +372,63 @@ class _Connection:
                     return
                 finally:
                     self.idle = None
-            if idle.cancelled_caught or not isinstance(event, h11.Request):
+            if idle.cancelled_caught or head is None:
                 return  # idle too long, headers too slow, closed, or shutting down
-            headers = list(event.headers)  # h11's Headers iterate slowly: once per request
-            if sum(len(k) + len(v) for k, v in headers) > self.limit:
+            if sum(len(k) + len(v) for k, v in head.headers) > self.limit:
                 # h11 bounds only a head still incomplete; one that arrived
                 # whole in a single read is measured here.
                 await self._reject(h11.RemoteProtocolError("head too large",
                                                            error_status_hint=431))
                 return
-            self._begin(event, headers)
+            self._begin(head)
             if server.shedding:
                 if not await self._shed():
                     return
-            elif not await self._respond(event, headers):
+            elif not await self._respond(head):
                 return
-            conn = self.h11
-            if conn.their_state is h11.SEND_BODY:
-                self._skip_buffered_body()
-            if self.keep_alive and conn.their_state is h11.DONE:
-                data, closed = conn.trailing_data
-                self.h11 = self._new_h11()
-                if data:  # (b"" would tell h11 the client closed)
-                    self.h11.receive_data(bytes(data))
-                if closed:
-                    self.h11.receive_data(b"")
-                continue
-            if conn.their_state is h11.SEND_BODY:
+            if not self._skip_buffered_body():
                 await self._drain_and_close()
-            return
+                return
+            if not self.keep_alive:
+                return
 
-    def _begin(self, request: h11.Request, headers: list[tuple[bytes, bytes]]) -> None:
+    def _begin(self, head: Head) -> None:
         """A request starts: whether the connection can carry another one
         after it (h11's rule: HTTP/1.1 without ``connection: close``)."""
-        self.head = request.method == b"HEAD"
-        self.http10 = request.http_version != b"1.1"
-        self.keep_alive = not self.http10 and not _says_close(headers)
+        self.head = head.method == b"HEAD"
+        self.http10 = head.http_version != b"1.1"
+        self.keep_alive = not self.http10 and not _says_close(head.headers)
         self.started = None
         self.chunked = False
         self.complete = False
         self.body_done = False
         self.response_sent = None
 
-    def _skip_buffered_body(self) -> None:
-        """The application answered without reading the body (a GET's empty
-        one, usually): consume what h11 already holds, without waiting."""
+    def _skip_buffered_body(self) -> bool:
+        """The response is out: consume what is buffered of a body the
+        application did not read, without waiting, and take back from h11
+        the bytes after its request. False when the body is not all here
+        (the connection then closes after a bounded drain)."""
+        conn = self.h11
+        if conn is None:
+            skip = min(self.body_left, len(self.pending))
+            if skip:
+                self.pending = self.pending[skip:]
+                self.body_left -= skip
+            return self.body_left == 0
         try:
-            while type(self.h11.next_event()) is h11.Data:
+            while type(conn.next_event()) is h11.Data:
                 pass
         except h11.RemoteProtocolError:
             pass
+        if conn.their_state is h11.SEND_BODY:
+            return False
+        if conn.their_state is h11.DONE:
+            data, self.eof = conn.trailing_data
+            self.pending = bytes(data)
+        else:
+            self.keep_alive = False  # h11 saw the client close, or must close
+        return True
 
     async def _reject(self, error: h11.RemoteProtocolError) -> None:
         if error.error_status_hint == 431:
@@ -393,10 +447,10 @@ class _Connection:
             return False
         return True
 
-    async def _respond(self, request: h11.Request, headers: list[tuple[bytes, bytes]]) -> bool:
+    async def _respond(self, head: Head) -> bool:
         """Run the application for one request; False when the connection
         cannot carry another one."""
-        scope = self._scope(request, headers)
+        scope = self._scope(head)
         if scope is None:
             await _refuse(self.stream, refusal(400, "bad_request", "malformed request target"))
             return False
@@ -416,8 +470,8 @@ class _Connection:
                 return False
         return self.complete  # False: the application ended without a whole response
 
-    def _scope(self, request: h11.Request, headers: list[tuple[bytes, bytes]]) -> Scope | None:
-        target = request.target
+    def _scope(self, head: Head) -> Scope | None:
+        target = head.target
         if not target.startswith(b"/"):
             if target == b"*":
                 target = b"/"
@@ -434,10 +488,10 @@ class _Connection:
             return None
         return {
             "type": "http", "asgi": ASGI,
-            "http_version": "1.1" if request.http_version == b"1.1" else "1.0",
-            "method": request.method.decode("ascii"), "scheme": self.server.scheme,
+            "http_version": "1.1" if head.http_version == b"1.1" else "1.0",
+            "method": head.method.decode("ascii"), "scheme": self.server.scheme,
             "path": path, "raw_path": raw_path, "query_string": query, "root_path": "",
-            "headers": headers, "client": self.client, "server": self.addr,
+            "headers": head.headers, "client": self.client, "server": self.addr,
             "extensions": {},
         }
 
@@ -450,6 +504,8 @@ class _Connection:
             await self.response_sent.wait()
             return {"type": "http.disconnect"}
         conn = self.h11
+        if conn is None:
+            return await self._receive_counted()
         if conn.they_are_waiting_for_100_continue:
             await self.stream.send_all(
                 conn.send(h11.InformationalResponse(status_code=100, headers=[])))
@@ -472,6 +528,27 @@ class _Connection:
             return self._disconnect()
         return {"type": "http.request", "body": b"".join(chunks),
                 "more_body": not self.body_done}
+
+    async def _receive_counted(self) -> Message:
+        """The next piece of a ``content-length`` body: what is buffered, else
+        one read."""
+        if self.body_left and not self.pending:
+            if self.eof:
+                return self._disconnect()
+            try:
+                data = await self.stream.receive_some(RECEIVE_SIZE)
+            except _CLOSED:
+                return self._disconnect()
+            if not data:
+                self.eof = True
+                return self._disconnect()
+            self.pending = bytes(data)
+        body = self.pending[:self.body_left]
+        if body:
+            self.pending = self.pending[len(body):]
+            self.body_left -= len(body)
+        self.body_done = self.body_left == 0
+        return {"type": "http.request", "body": body, "more_body": not self.body_done}
 
     def _disconnect(self) -> Message:
         self.body_done = True
