@@ -7,9 +7,17 @@ runs every op in its own child transaction inside one parent transaction, and
 commits the parent once, all inside a single ``trio.to_thread.run_sync`` call.
 While that thread commits, new ops queue up, so under load batches grow by
 themselves and the fsync cost is shared; when idle an op is committed at once
-(no artificial delay). An op that raises aborts only its child transaction; its
+(no artificial delay). An op that raises aborts only its own writes; its
 caller gets the error, the others commit. If the parent commit fails (map full,
 disk error) every op of the batch fails and nothing of it is visible.
+
+Ops rarely raise, so a batch first runs every op directly in the parent
+transaction (a child transaction copies each page its op touches: about a
+tenth of a first launch's instructions). Only when an op raises is that
+attempt aborted and the batch run again with a child transaction per op, as
+described above. So an op must be a function of the transaction it is given
+(every op in storage/ is: it reads, decides and writes through ``txn``): it
+may run twice, and only the second run's writes are kept.
 
 Callers that must not lose their write await ``Pending.wait()``, which returns
 only after the commit reached the disk (LMDB's sync on commit is on).
@@ -157,11 +165,37 @@ class Writer:
                     await trio.sleep(GROUP_WINDOW_S)  # busy: let the next batch grow
 
     def _commit(self, batch: list[Pending[Any]]) -> list[tuple[Any, BaseException | None]]:
+        try:
+            try:
+                return self._run(batch, isolated=False)
+            except _OpRaised:
+                return self._run(batch, isolated=True)
+        except lmdb.MapFullError:
+            log.error("LMDB map is full: raise SVC_MAP_SIZE and restart (see README)")
+            err = StoreFull("the data store is full; the operator must raise SVC_MAP_SIZE")
+            return [(None, err)] * len(batch)
+        except lmdb.Error as e:
+            log.exception("LMDB commit failed")
+            return [(None, InternalError(f"storage error: {type(e).__name__}"))] * len(batch)
+
+    def _run(self, batch: list[Pending[Any]], *,
+             isolated: bool) -> list[tuple[Any, BaseException | None]]:
+        """One attempt at the batch in one transaction. Not ``isolated``:
+        every op writes straight into it, and the first op that raises aborts
+        the attempt (``_OpRaised``). ``isolated``: each op in a child
+        transaction, so one that raises loses only its own writes."""
         outcomes: list[tuple[Any, BaseException | None]] = []
         counter_batch, token = counters.begin_batch()
         try:
             with self._env.begin(write=True) as txn:
                 for p in batch:
+                    if not isolated:
+                        try:
+                            outcomes.append((p.op(txn), None))
+                        except BaseException as e:
+                            raise _OpRaised from e  # aborts this attempt's transaction
+                        counter_batch.keep_op()
+                        continue
                     child = self._env.begin(write=True, parent=txn)
                     try:
                         result = p.op(child)
@@ -174,16 +208,13 @@ class Writer:
                         counter_batch.keep_op()
                         outcomes.append((result, None))
                 counter_batch.flush(txn)
-        except lmdb.MapFullError:
-            log.error("LMDB map is full: raise SVC_MAP_SIZE and restart (see README)")
-            err = StoreFull("the data store is full; the operator must raise SVC_MAP_SIZE")
-            return [(None, err)] * len(batch)
-        except lmdb.Error as e:
-            log.exception("LMDB commit failed")
-            return [(None, InternalError(f"storage error: {type(e).__name__}"))] * len(batch)
         finally:
             counters.end_batch(token)
         return outcomes
+
+
+class _OpRaised(Exception):
+    """An op raised during a batch's first attempt (its cause is the error)."""
 
 
 def _as_store_error(e: BaseException) -> BaseException:

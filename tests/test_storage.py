@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import cbor2
 import lmdb
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from storage.lmdb_store import LmdbStore
 from storage.schema import SCHEMA_VERSION, SchemaTooNew
@@ -52,6 +55,37 @@ async def test_a_failing_op_does_not_spoil_its_batch(store: LmdbStore) -> None:
     assert await p3.wait() == "ok"
     assert store.meta("good") == b"1"
     assert store.meta("bad") is None  # the child transaction was aborted
+
+
+async def test_a_batch_runs_once_and_again_only_when_an_op_raises(store: LmdbStore) -> None:
+    """Ops write straight into the batch's transaction; when one raises, the
+    attempt is dropped and the batch runs again, one child transaction per op,
+    so only the second run's writes are kept."""
+    db = store.db(b"meta")
+    runs: list[str] = []
+
+    def counting(name: str) -> Any:
+        def op(txn: lmdb.Transaction) -> str:
+            runs.append(name)
+            txn.put(name.encode(), str(runs.count(name)).encode(), db=db)
+            if name == "bad":
+                raise ValidationError("nope")
+            return name
+        return op
+
+    first = [store.writer.submit_nowait(counting(n)) for n in ("a", "b")]
+    assert [await p.wait() for p in first] == ["a", "b"]
+    assert runs == ["a", "b"]  # no op raised: one run each
+
+    runs.clear()
+    second = [store.writer.submit_nowait(counting(n)) for n in ("c", "bad", "d")]
+    assert await second[0].wait() == "c"
+    with pytest.raises(ValidationError):
+        await second[1].wait()
+    assert await second[2].wait() == "d"
+    assert runs == ["c", "bad", "c", "bad", "d"]  # the attempt stopped at "bad"
+    assert store.meta("c") == b"2"  # the second run's write
+    assert store.meta("d") == b"1" and store.meta("bad") is None
 
 
 async def test_settings_idempotency_record_in_same_commit(store: LmdbStore) -> None:
@@ -275,3 +309,18 @@ async def test_a_key_and_its_owners_are_read_together(store: LmdbStore) -> None:
     assert store.key_with_owners(h) == (key, project, None)
     await store.write(lambda txn: txn.delete(layout.uid(project.id), db=store.db(b"projects")))
     assert store.key_with_owners(h) == (key, None, None)
+
+
+@given(st.integers(min_value=-(1 << 70), max_value=1 << 70))
+def test_counters_are_written_and_read_as_cbor2_does(n: int) -> None:
+    from storage import counters
+
+    assert counters.encode_count(n) == cbor2.dumps(n)
+    assert counters.read_value(cbor2.dumps(n)) == n
+
+
+@given(st.text(alphabet="0123456789.-", max_size=12))
+def test_revenue_totals_still_read_through_cbor2(text: str) -> None:
+    from storage import counters
+
+    assert counters.read_value(cbor2.dumps(text)) == text

@@ -323,6 +323,8 @@ class _Connection:
                 head = parse_head(self.pending[:end])
                 if head is None:
                     return await self._h11_head()
+                if end > self.limit:
+                    self._check_size(head)
                 self.pending = self.pending[end:]
                 self.body_left = head.content_length
                 return head
@@ -348,7 +350,15 @@ class _Connection:
         if not isinstance(event, h11.Request):
             return None
         # h11's Headers iterate slowly: listed once per request
-        return Head(event.method, event.target, event.http_version, list(event.headers), -1)
+        head = Head(event.method, event.target, event.http_version, list(event.headers), -1)
+        self._check_size(head)
+        return head
+
+    def _check_size(self, head: Head) -> None:
+        """h11 bounds only a head still incomplete; one that arrived whole
+        in a single read is measured here (names and values, as h11 counts)."""
+        if sum(len(k) + len(v) for k, v in head.headers) > self.limit:
+            raise h11.RemoteProtocolError("head too large", error_status_hint=431)
 
     async def _next_event(self, conn: h11.Connection) -> Any:
         while True:
@@ -374,12 +384,6 @@ class _Connection:
                     self.idle = None
             if idle.cancelled_caught or head is None:
                 return  # idle too long, headers too slow, closed, or shutting down
-            if sum(len(k) + len(v) for k, v in head.headers) > self.limit:
-                # h11 bounds only a head still incomplete; one that arrived
-                # whole in a single read is measured here.
-                await self._reject(h11.RemoteProtocolError("head too large",
-                                                           error_status_hint=431))
-                return
             self._begin(head)
             if server.shedding:
                 if not await self._shed():
