@@ -40,6 +40,16 @@ class App:
                 if not m.get("more_body"):
                     break
             await _answer(send, 200, body)
+        elif path == "/ext":  # what the server handed over with the scope, then receive()
+            handed = scope["extensions"].get("svc.body")
+            self.entered.set()
+            body = b""
+            while True:
+                m = await receive()
+                body += m.get("body", b"")
+                if not m.get("more_body"):
+                    break
+            await _answer(send, 200, repr(handed).encode() + b"|" + body)
         elif path == "/stream":
             await send({"type": "http.response.start", "status": 200, "headers": []})
             for part in (b"one,", b"two,", b"three"):
@@ -632,3 +642,35 @@ async def test_a_head_cut_off_by_the_close_gets_a_400() -> None:
         c = Client(client_end)
         head, _ = await c.response()
         assert head.status_code == 400
+
+
+async def test_a_body_that_came_with_its_head_is_handed_over_in_the_scope(
+        served: Any) -> None:
+    """web/http.py reads such a body without waiting; an application reading
+    receive() still gets it, and a body still on its way is not in the scope."""
+    app, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/ext", b"content-length: 5\r\n", method=b"POST") + b"hello")
+    assert (await c.response())[1] == b"b'hello'|hello"
+    app.entered = trio.Event()
+    await c.stream.send_all(get("/ext", b"content-length: 5\r\n", method=b"POST") + b"he")
+    with trio.fail_after(5):
+        await app.entered.wait()  # the application started before the rest arrived
+    await c.stream.send_all(b"llo")
+    assert (await c.response())[1] == b"None|hello"
+    await c.stream.send_all(get("/ext"))
+    assert (await c.response())[1] == b"b''|"
+
+
+async def test_the_request_reads_a_handed_over_body_with_its_limit() -> None:
+    from svc_engine.errors import PayloadTooLarge
+    from web.http import Request
+
+    async def never() -> dict[str, Any]:
+        raise AssertionError("receive() is not needed")
+
+    scope = {"method": "POST", "path": "/", "headers": [(b"content-length", b"5")],
+             "extensions": {"svc.body": b"hello"}}
+    assert await Request(scope, never).body(5) == b"hello"
+    with pytest.raises(PayloadTooLarge):
+        await Request(scope, never).body(4)

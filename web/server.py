@@ -72,7 +72,7 @@ import h11
 import orjson
 import trio
 
-from web.request_head import Head, head_end, parse_head
+from web.request_head import BODY_EXTENSION, Head, head_end, parse_head
 
 log = logging.getLogger("svc.server")
 Scope = dict[str, Any]
@@ -496,8 +496,16 @@ class _Connection:
             "method": head.method.decode("ascii"), "scheme": self.server.scheme,
             "path": path, "raw_path": raw_path, "query_string": query, "root_path": "",
             "headers": head.headers, "client": self.client, "server": self.addr,
-            "extensions": {},
+            "extensions": self._extensions(),
         }
+
+    def _extensions(self) -> dict[str, Any]:
+        """``svc.body``: the whole request body, when it arrived with the head
+        (web/http.py then reads it without waiting; ``receive`` still hands it
+        over to an application that asks, and an unread body is skipped)."""
+        if self.h11 is None and len(self.pending) >= self.body_left:
+            return {BODY_EXTENSION: self.pending[:self.body_left]}
+        return {}
 
     async def _receive(self) -> Message:
         if self.body_done:  # a framework watching for the client to go away
