@@ -674,3 +674,12 @@ async def test_the_request_reads_a_handed_over_body_with_its_limit() -> None:
     assert await Request(scope, never).body(5) == b"hello"
     with pytest.raises(PayloadTooLarge):
         await Request(scope, never).body(4)
+
+
+async def test_hundreds_of_requests_pipelined_in_one_write_are_all_answered(
+        served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(b"".join(get(f"/p{i}") for i in range(300)))
+    bodies = [(await c.response())[1] for _ in range(300)]
+    assert bodies == [f"path=/p{i} query=".encode() for i in range(300)]

@@ -46,7 +46,7 @@ class Head(NamedTuple):
     content_length: int
 
 
-def head_end(buffer: bytes) -> int:
+def head_end(buffer: bytes | bytearray) -> int:
     """The length of the head at the start of ``buffer``, or -1 while it is
     incomplete; 0 when the buffer cannot start a request (a blank or control
     byte first: h11 refuses it without waiting for more)."""
