@@ -77,7 +77,7 @@ class Request:
         """The whole body, at most ``limit`` bytes, within ``body_timeout_s``."""
         if self._body is not None:
             return self._body
-        buffered: bytes | None = self.scope.get("extensions", {}).get(BODY_EXTENSION)
+        buffered: bytes | None = (self.scope.get("extensions") or {}).get(BODY_EXTENSION)
         if buffered is not None:  # the server has it all: no wait, no timeout
             if len(buffered) > limit:
                 raise PayloadTooLarge(f"request body over {limit} bytes")
