@@ -247,3 +247,10 @@ async def test_member_quota_counts_open_invitations(app: App) -> None:
                                                          "role": "developer"})
     assert r.status_code == 403 and "3 team members" in r.text
     await m.aclose()
+
+
+async def test_a_trailing_slash_after_dashboard_leads_home(app: App) -> None:
+    async with browser(app) as c:
+        r = await c.get("/dashboard/?from=bookmark")
+        assert r.status_code == 308 and r.headers["location"] == "/dashboard?from=bookmark"
+        assert (await c.get("/dashboard/")).headers["location"] == "/dashboard"

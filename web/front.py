@@ -55,6 +55,13 @@ class Front:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
         path: str = scope["path"]
+        if self.dashboard is not None and path == "/dashboard/":
+            # the home page is /dashboard: a typed or bookmarked trailing slash finds it
+            query = scope.get("query_string", b"")
+            where = b"/dashboard" + (b"?" + query if query else b"")
+            await Response(308, b"", [(b"location", where)]).send(send)
+            self._log(scope, 308, start)
+            return
         if self.dashboard is not None and (path == "/dashboard" or path.startswith("/dashboard/")):
             await self._dashboard(scope, receive, send, start)
             return
