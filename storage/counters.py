@@ -68,7 +68,11 @@ def end_batch(token: contextvars.Token[CounterBatch | None]) -> None:
 
 
 def counter_key(project_id: str, mode: str, key: CounterKey) -> bytes:
-    return layout.scope(project_id, mode) + "\x00".join(key).encode()
+    return _key(layout.scope(project_id, mode), key)
+
+
+def _key(scope: bytes, key: CounterKey) -> bytes:
+    return scope + "\x00".join(key).encode()
 
 
 def read_value(raw: bytes) -> int | str:
@@ -120,34 +124,25 @@ def _apply(txn: lmdb.Transaction, db: Any, key: bytes, delta: Delta) -> None:
         txn.put(key, encode_count(int(n) + delta), db=db)
 
 
-def _add(txn: lmdb.Transaction, db: Any, key: bytes, delta: Delta) -> None:
+def add_to(txn: lmdb.Transaction, db: Any, keys: Iterable[bytes], delta: Delta) -> None:
+    """Add ``delta`` to counters whose keys ``counter_key`` already made (a caller
+    that remembers its keys, like the events batch): kept aside for the writer
+    batch's flush, or applied at once outside a batch."""
     batch = _CURRENT.get()
-    if batch is not None:
-        batch.add(db, key, delta)
-    else:
-        _apply(txn, db, key, delta)
+    for key in keys:
+        if batch is not None:
+            batch.add(db, key, delta)
+        else:
+            _apply(txn, db, key, delta)
 
 
 def increment(txn: lmdb.Transaction, db: Any, project_id: str, mode: str,
               keys: Iterable[CounterKey], by: int = 1) -> None:
     scope = layout.scope(project_id, mode)
-    batch = _CURRENT.get()
-    for key in keys:
-        full = scope + "\x00".join(key).encode()
-        if batch is not None:
-            batch.add(db, full, by)
-        else:
-            _apply(txn, db, full, by)
-
-
-def add_to(txn: lmdb.Transaction, db: Any, keys: Iterable[bytes], delta: Delta) -> None:
-    """Add ``delta`` to counters whose keys ``counter_key`` already made (a caller
-    that remembers its keys, like the events batch)."""
-    for key in keys:
-        _add(txn, db, key, delta)
+    add_to(txn, db, [_key(scope, key) for key in keys], by)
 
 
 def add_decimal(txn: lmdb.Transaction, db: Any, project_id: str, mode: str,
                 keys: Iterable[CounterKey], amount: decimal.Decimal) -> None:
-    for key in keys:
-        _add(txn, db, counter_key(project_id, mode, key), amount)
+    scope = layout.scope(project_id, mode)
+    add_to(txn, db, [_key(scope, key) for key in keys], amount)

@@ -33,22 +33,12 @@ class App:
         self.scopes.append(scope)
         path = scope["path"]
         if path == "/echo":
-            body = b""
-            while True:
-                m = await receive()
-                body += m.get("body", b"")
-                if not m.get("more_body"):
-                    break
+            body = await _whole_body(receive)
             await _answer(send, 200, body)
         elif path == "/ext":  # what the server handed over with the scope, then receive()
             handed = scope["extensions"].get("svc.body")
             self.entered.set()
-            body = b""
-            while True:
-                m = await receive()
-                body += m.get("body", b"")
-                if not m.get("more_body"):
-                    break
+            body = await _whole_body(receive)
             await _answer(send, 200, repr(handed).encode() + b"|" + body)
         elif path == "/stream":
             await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -90,6 +80,15 @@ class App:
         else:
             await _answer(send, 200, f"path={path} query={scope['query_string'].decode()}"
                           .encode())
+
+
+async def _whole_body(receive: Any) -> bytes:
+    body = b""
+    while True:
+        m = await receive()
+        body += m.get("body", b"")
+        if not m.get("more_body"):
+            return body
 
 
 async def _answer(send: Any, status: int, body: bytes) -> None:
@@ -607,12 +606,7 @@ async def test_a_body_arriving_a_byte_at_a_time_is_whole() -> None:
     seen: list[bytes] = []
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        body = b""
-        while True:
-            m = await receive()
-            body += m.get("body", b"")
-            if not m.get("more_body"):
-                break
+        body = await _whole_body(receive)
         seen.append(body)
         await _answer(send, 200, body)
 

@@ -71,8 +71,8 @@ def parse_head(head: bytes) -> Head | None:
             or _TARGET.fullmatch(target) is None:
         return None
     headers = []
-    length = 0
-    lengths = hosts = 0
+    length: int | None = None
+    hosts = 0
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
         if not colon or _TOKEN.fullmatch(name) is None:
@@ -82,9 +82,8 @@ def parse_head(head: bytes) -> Head | None:
             return None  # a bare CR or LF, NUL or another control character
         name = name.lower()
         if name == b"content-length":
-            if lengths or _DIGITS.fullmatch(value) is None:
-                return None
-            lengths += 1
+            if length is not None or _DIGITS.fullmatch(value) is None:
+                return None  # a second one, or not a plain number
             length = int(value)
         elif name == b"host":
             hosts += 1
@@ -93,4 +92,4 @@ def parse_head(head: bytes) -> Head | None:
         headers.append((name, value))
     if hosts > 1 or (hosts == 0 and http_version == b"1.1"):
         return None  # h11 refuses these
-    return Head(method, target, http_version, headers, length)
+    return Head(method, target, http_version, headers, length or 0)
