@@ -7,7 +7,7 @@ microsecond). Writes are ops handed to the one ``Writer``; see writer.py.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,7 +44,7 @@ class LmdbStore:
             max_dbs=len(layout.DATABASES) + 16,
             subdir=True,
             sync=True,
-            metasync=True,
+            metasync=False,  # the writer syncs what must be durable: see writer.py
             readahead=False,
             max_readers=512,
             readonly=readonly,
@@ -61,6 +61,7 @@ class LmdbStore:
                 for name in layout.DATABASES:
                     self._db[name] = self.env.open_db(name, txn=txn)
             migrate(self.env, self._db)
+            self.env.sync(True)  # metasync is off: the writer's docstring says why
         self.writer = Writer(self.env, inline=inline_commit)
         self.cache = DecodeCache()
 
@@ -137,8 +138,9 @@ class LmdbStore:
     async def write(self, op: Op[Any]) -> Any:
         return await self.writer.write(op)
 
-    async def submit(self, op: Op[Any]) -> Pending[Any]:
-        return await self.writer.submit(op)
+    async def submit(self, op: Op[Any], *, lazy: bool = False,
+                     on_commit: Callable[[], None] | None = None) -> Pending[Any]:
+        return await self.writer.submit(op, lazy=lazy, on_commit=on_commit)
 
     def record_response(self, txn: lmdb.Transaction, idem: IdemWrite | None,
                          result: object) -> None:

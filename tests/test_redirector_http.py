@@ -6,6 +6,7 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import trio
 
 from svc_engine.attribution import Token
 from svc_engine.platforms import Platforms
@@ -192,3 +193,26 @@ async def test_clicks_reach_the_outbox_only_when_an_endpoint_exists(app: App) ->
     outbox = app.services.store.read_outbox()
     # the click went through the outbox: it is either still there or a delivery now
     assert len(outbox) + len(deliveries) >= 1
+
+
+async def test_the_outbox_is_woken_once_the_click_is_committed(app: App) -> None:
+    """Nobody waits for a click's commit, so the dispatcher is woken by the
+    commit itself: woken earlier, it would find nothing and back off."""
+    await configure(app, platforms=NO_APPS)
+    link = await make_link(app)
+    attr = app.services.attribution
+    seen: list[int] = []
+    wakeup = app.services.outbox_wakeup
+    woken = trio.Event()
+
+    def notify() -> None:
+        seen.append(len(attr.recent_clicks(app.project_id, "live")))
+        woken.set()
+
+    wakeup.notify = notify  # type: ignore[method-assign]
+    async with app.client(**{"user-agent": UA["desktop"]}) as c:
+        r = await c.get(f"/{link['slug']}")
+    assert r.status_code == 302
+    with trio.fail_after(5):
+        await woken.wait()
+    assert seen == [1]

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from storage.lmdb_store import LmdbStore
 from storage.schema import SCHEMA_VERSION, SchemaTooNew
+from storage.writer import Pending, Writer
 from svc_engine.deadlines import Deadline
 from svc_engine.errors import Conflict, StoreFull, ValidationError
 from svc_engine.idempotency import fingerprint
@@ -86,6 +87,61 @@ async def test_a_batch_runs_once_and_again_only_when_an_op_raises(store: LmdbSto
     assert runs == ["c", "bad", "c", "bad", "d"]  # the attempt stopped at "bad"
     assert store.meta("c") == b"2"  # the second run's write
     assert store.meta("d") == b"1" and store.meta("bad") is None
+
+
+async def test_a_batch_someone_may_wait_for_is_flushed_before_it_is_done(
+        data_dir: str) -> None:
+    """metasync is off: a commit's meta page is flushed by a second sync, made
+    for every batch holding an op that is not lazy, before any op of it is
+    reported done; a batch of lazy ops only (clicks) skips it."""
+    store = LmdbStore(data_dir, map_size=64 << 20)
+    db = store.db(b"meta")
+    syncs: list[tuple[bytes | None, list[bool]]] = []
+    pendings: list[Pending[Any]] = []
+
+    def sync() -> None:  # what the flush would make durable, and who was told
+        with store.read() as txn:
+            syncs.append((txn.get(b"last", db=db), [p.done for p in pendings]))
+        store.env.sync(True)
+
+    def put(value: bytes) -> Any:
+        return lambda txn: txn.put(b"last", value, db=db)
+
+    writer = Writer(store.env, sync=sync)
+    try:
+        async with trio.open_nursery() as n:
+            await n.start(writer.run)
+            pendings[:] = [writer.submit_nowait(put(b"1"), lazy=True),
+                           writer.submit_nowait(put(b"2"), lazy=True)]
+            await pendings[1].wait()
+            assert syncs == []  # lazy only: one flush (LMDB's own), no second
+            pendings[:] = [writer.submit_nowait(put(b"3"), lazy=True),
+                           writer.submit_nowait(put(b"4"))]
+            await pendings[1].wait()
+            assert syncs == [(b"4", [False, False])]  # committed, flushed, then done
+            writer.close()
+    finally:
+        store.close()
+
+
+async def test_on_commit_runs_once_the_write_is_readable(store: LmdbStore) -> None:
+    db = store.db(b"meta")
+    seen: list[bytes | None] = []
+
+    def look() -> None:
+        with store.read() as txn:
+            seen.append(txn.get(b"k", db=db))
+
+    def bad(txn: lmdb.Transaction) -> None:
+        raise ValidationError("nope")
+
+    ok = await store.writer.submit(lambda txn: txn.put(b"k", b"v", db=db), lazy=True,
+                                   on_commit=look)
+    failed = await store.writer.submit(bad, on_commit=look)
+    await ok.wait()
+    with pytest.raises(ValidationError):
+        await failed.wait()
+    assert seen == [b"v"]  # after the commit, and not for the op that failed
 
 
 async def test_settings_idempotency_record_in_same_commit(store: LmdbStore) -> None:

@@ -94,10 +94,11 @@ class Redirector:
                                       os_major=os_major, country=country, at_ms=now,
                                       net_hash=net_hash)
         op = services.attribution.click_op(click, link, window=window, token=token)
-        pending = await services.store.submit(op)
-        services.outbox_wakeup.notify()
-        if token is not None:
-            await pending.wait()
+        if token is None:  # nobody waits for it: see "lazy" in storage/writer.py
+            await services.store.submit(op, lazy=True, on_commit=services.outbox_wakeup.notify)
+        else:  # the store will be asked for this token: durable before the answer
+            await (await services.store.submit(op)).wait()
+            services.outbox_wakeup.notify()
 
     def _render(self, link: Link, decision: Decision, token: Token | None) -> Response:
         outcome = decision.outcome
