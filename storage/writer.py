@@ -38,8 +38,10 @@ commit (``env.sync``) before any of its ops is reported done, so ``wait()``
 still means "on disk". A batch made only of lazy ops (``submit(op,
 lazy=True)``: a click recorded behind a redirect, which nobody waits for)
 skips that second flush; the next commit's flush carries its meta page. One
-flush less is about 45 µs of kernel CPU a commit on this kind of machine,
-and with an unpreemptible kernel the next request waits for it.
+flush less is 25-45 µs of kernel CPU a commit on this kind of machine, and
+with an unpreemptible kernel the next request waits for it. Should that
+second flush fail, the batch's ops get a storage error although their
+commit is visible (as when a disk fails after the commit).
 
 ``on_commit`` (an argument of ``submit``) is called once its op committed:
 the outbox dispatcher's wake-up, since a queued op's outbox event is not
