@@ -129,11 +129,12 @@ def add_to(txn: lmdb.Transaction, db: Any, keys: Iterable[bytes], delta: Delta) 
     that remembers its keys, like the events batch): kept aside for the writer
     batch's flush, or applied at once outside a batch."""
     batch = _CURRENT.get()
-    for key in keys:
-        if batch is not None:
-            batch.add(db, key, delta)
-        else:
+    if batch is None:
+        for key in keys:
             _apply(txn, db, key, delta)
+        return
+    for key in keys:
+        batch.add(db, key, delta)
 
 
 def increment(txn: lmdb.Transaction, db: Any, project_id: str, mode: str,

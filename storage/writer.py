@@ -3,21 +3,22 @@
 Theory of operation: LMDB allows one write transaction at a time. All writes of
 the process are functions ``op(txn) -> result`` sent to one writer task over a
 bounded channel. The writer takes whatever is waiting (at most ``max_batch``),
-runs every op in its own child transaction inside one parent transaction, and
-commits the parent once, all inside a single ``trio.to_thread.run_sync`` call.
+runs the ops in one transaction and commits it once, all inside a single
+``trio.to_thread.run_sync`` call.
 While that thread commits, new ops queue up, so under load batches grow by
 themselves and the fsync cost is shared; when idle an op is committed at once
 (no artificial delay). An op that raises aborts only its own writes; its
 caller gets the error, the others commit. If the parent commit fails (map full,
 disk error) every op of the batch fails and nothing of it is visible.
 
-Ops rarely raise, so a batch first runs every op directly in the parent
-transaction (a child transaction copies each page its op touches: about a
-tenth of a first launch's instructions). Only when an op raises is that
-attempt aborted and the batch run again with a child transaction per op, as
-described above. So an op must be a function of the transaction it is given
-(every op in storage/ is: it reads, decides and writes through ``txn``): it
-may run twice, and only the second run's writes are kept.
+Ops rarely raise, so a batch first runs every op directly in that
+transaction. Only when an op raises is that attempt aborted and the batch
+run again with a child transaction per op, so the op that raises loses only
+its own writes (a child transaction copies each page its op touches: about
+a tenth of a first launch's instructions, too much to pay every time). So
+an op must be a function of the transaction it is given (every op in
+storage/ is: it reads, decides and writes through ``txn``): it may run
+twice, and only the second run's writes are kept.
 
 Callers that must not lose their write await ``Pending.wait()``, which returns
 only after the commit reached the disk (see "Durability" below).

@@ -94,11 +94,12 @@ class Redirector:
                                       os_major=os_major, country=country, at_ms=now,
                                       net_hash=net_hash)
         op = services.attribution.click_op(click, link, window=window, token=token)
-        if token is None:  # nobody waits for it: see "lazy" in storage/writer.py
-            await services.store.submit(op, lazy=True, on_commit=services.outbox_wakeup.notify)
-        else:  # the store will be asked for this token: durable before the answer
-            await (await services.store.submit(op)).wait()
-            services.outbox_wakeup.notify()
+        # Without a token nobody waits for the click ("lazy" in storage/writer.py);
+        # a token is asked for by the app later: durable before the answer.
+        pending = await services.store.submit(op, lazy=token is None,
+                                              on_commit=services.outbox_wakeup.notify)
+        if token is not None:
+            await pending.wait()
 
     def _render(self, link: Link, decision: Decision, token: Token | None) -> Response:
         outcome = decision.outcome
