@@ -63,6 +63,8 @@ class Mailbox:
     async def call(self, fn: Callable[[], T] | Callable[[], Awaitable[T]]) -> T:
         """Run ``fn`` in the actor's task and return its result."""
         if self._closed:
+            # Stopped by a shutdown that cancels the caller too: end with that.
+            await trio.lowlevel.checkpoint_if_cancelled()
             raise ActorFailed(f"{self.name} is stopped")
         c = _Call(fn)
         try:

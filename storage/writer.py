@@ -3,8 +3,8 @@
 Theory of operation: LMDB allows one write transaction at a time. All writes of
 the process are functions ``op(txn) -> result`` sent to one writer task over a
 bounded channel. The writer takes whatever is waiting (at most ``max_batch``),
-runs the ops in one transaction and commits it once, all inside a single
-``trio.to_thread.run_sync`` call.
+runs the ops in one transaction and commits it once, all in the writer's own
+thread (storage/commit_thread.py).
 While that thread commits, new ops queue up, so under load batches grow by
 themselves and the fsync cost is shared; when idle an op is committed at once
 (no artificial delay). An op that raises aborts only its own writes; its
@@ -65,6 +65,7 @@ import lmdb
 import trio
 
 from storage import counters
+from storage.commit_thread import CommitThread
 from svc_engine.errors import InternalError, StoreFull, SvcError
 
 T = TypeVar("T")
@@ -128,6 +129,7 @@ class Writer:
         self._max_batch = max_batch
         self._stats = WriterStats()
         self._closed = False
+        self._thread = CommitThread()
 
     def statistics(self) -> WriterStats:
         self._stats.queued = self._send.statistics().current_buffer_used
@@ -164,7 +166,15 @@ class Writer:
         self._send.close()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        if not self._inline:
+            self._thread.start()
         task_status.started()
+        try:
+            await self._run_batches()
+        finally:
+            self._thread.stop()
+
+    async def _run_batches(self) -> None:
         async with self._recv:
             while True:
                 try:
@@ -184,7 +194,7 @@ class Writer:
                         outcomes = self._commit(batch)
                         await trio.lowlevel.checkpoint()
                     else:
-                        outcomes = await trio.to_thread.run_sync(self._commit, batch)
+                        outcomes = await self._thread.run(self._commit, batch)
                 for p, (result, error) in zip(batch, outcomes, strict=True):
                     p._finish(result, error)
                 self._stats.batches += 1

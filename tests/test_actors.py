@@ -92,6 +92,18 @@ async def test_closed_mailbox_fails_queued_calls() -> None:
         await box.call(lambda: None)
 
 
+async def test_a_call_on_a_stopped_mailbox_in_a_cancelled_scope_is_cancelled() -> None:
+    """At shutdown every task is cancelled; a caller that was about to call an
+    actor which stopped first ends with the cancellation, not ActorFailed (an
+    error that would escape the service's nursery as a crash)."""
+    box = Mailbox("t", 4)
+    box.close()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await box.call(lambda: None)
+    assert scope.cancelled_caught
+
+
 async def test_registry_isolates_a_failing_project(store: LmdbStore) -> None:
     clock = TrioWallClock()
     info = await tenancy.bootstrap(store, "http://x", system_random, clock.now_ms())
