@@ -12,6 +12,8 @@ ProjectActor submits these ops in order for its project.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import lmdb
 
@@ -135,22 +137,28 @@ class AttributionStore:
 
     def click_op(self, click: Click, link: Link, *, window: ClickWindowEntry | None,
                  token: Token | None) -> Op[None]:
-        """The op recording a click (with its token and window entry, if any)."""
+        """The op recording a click (with its token and window entry, if any).
+
+        Keys and values are made here, in the request's thread; the op only
+        stores them. A lazy click is committed while the next requests are
+        served, and the writer holds the GIL for as long as its ops run Python
+        (bench/README.md, session 7)."""
         db = self._db
+        scope = layout.scope(click.project_id, click.mode.value)
+        puts = [(scope + layout.ms(click.at_ms) + layout.uid(click.id), encode(click),
+                 db[b"clicks"])]
+        if window is not None:
+            puts += self.click_window.puts(click.project_id, window)
+        if token is not None:
+            puts += self._token_puts(token)
+        counted = counters.keys_of(scope, click_keys(
+            link_id=click.link_id, at_ms=click.at_ms, platform=click.platform,
+            country=click.country, referrer_host=click.referrer_host))
 
         def op(txn: lmdb.Transaction) -> None:
-            scope = layout.scope(click.project_id, click.mode.value)
-            at = layout.ms(click.at_ms)
-            cid = layout.uid(click.id)
-            txn.put(scope + at + cid, encode(click), db=db[b"clicks"])
-            counters.increment(txn, db[b"counters"], click.project_id, click.mode.value,
-                               click_keys(link_id=click.link_id, at_ms=click.at_ms,
-                                          platform=click.platform, country=click.country,
-                                          referrer_host=click.referrer_host))
-            if window is not None:
-                self.click_window.put(txn, click.project_id, window)
-            if token is not None:
-                self._put_token(txn, token)
+            for key, value, into in puts:
+                txn.put(key, value, db=into)
+            counters.add_to(txn, db[b"counters"], counted, 1)
             if self.store.wants_webhooks(txn, click.project_id, click.mode.value):
                 self.store.append_outbox(txn, OutboxEvent(
                     id=click.id, type=EventType.CLICK, project_id=click.project_id,
@@ -164,10 +172,10 @@ class AttributionStore:
 
         return op
 
-    def _put_token(self, txn: lmdb.Transaction, token: Token) -> None:
-        txn.put(token.token.encode(), encode(token), db=self._db[b"tokens"])
-        txn.put(layout.ms(token.expires_at_ms) + token.token.encode(), b"",
-                db=self._db[b"tokens_by_time"])
+    def _token_puts(self, token: Token) -> list[tuple[bytes, bytes, Any]]:
+        return [(token.token.encode(), encode(token), self._db[b"tokens"]),
+                (layout.ms(token.expires_at_ms) + token.token.encode(), b"",
+                 self._db[b"tokens_by_time"])]
 
     # -- the launch report ----------------------------------------------------------
 

@@ -62,15 +62,23 @@ class ClickWindow:
         self._by_net = store.db(b"click_window_by_net")
 
     def put(self, txn: lmdb.Transaction, project_id: str, entry: ClickWindowEntry) -> None:
+        for key, value, db in self.puts(project_id, entry):
+            txn.put(key, value, db=db)
+
+    def puts(self, project_id: str, entry: ClickWindowEntry) -> list[tuple[bytes, bytes, Any]]:
+        """What :meth:`put` writes, as (key, value, database): made before
+        the write op runs, so the redirect builds them and the writer (which
+        holds the GIL while the request loop waits for it) only stores them."""
         scope = layout.scope(project_id, entry.mode.value)
         tail = layout.ms(entry.at_ms) + layout.uid(entry.click_id)
         link = layout.uid(entry.link_id)
-        txn.put(scope + tail, encode(entry), db=self._entries)
-        txn.put(layout.window_cohort_prefix(scope, entry.os_major, entry.country) + tail, link,
-                db=self._by_cohort)
+        out = [(scope + tail, encode(entry), self._entries),
+               (layout.window_cohort_prefix(scope, entry.os_major, entry.country) + tail, link,
+                self._by_cohort)]
         if entry.net_hash is not None:
-            txn.put(layout.window_net_prefix(scope, entry.net_hash, entry.os_major) + tail, link,
-                    db=self._by_net)
+            out.append((layout.window_net_prefix(scope, entry.net_hash, entry.os_major) + tail,
+                        link, self._by_net))
+        return out
 
     def entries(self, txn: lmdb.Transaction, project_id: str, mode: str,
                 since_ms: int) -> list[ClickWindowEntry]:

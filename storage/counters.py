@@ -139,8 +139,12 @@ def add_to(txn: lmdb.Transaction, db: Any, keys: Iterable[bytes], delta: Delta) 
 
 def increment(txn: lmdb.Transaction, db: Any, project_id: str, mode: str,
               keys: Iterable[CounterKey], by: int = 1) -> None:
-    scope = layout.scope(project_id, mode)
-    add_to(txn, db, [_key(scope, key) for key in keys], by)
+    add_to(txn, db, keys_of(layout.scope(project_id, mode), keys), by)
+
+
+def keys_of(scope: bytes, keys: Iterable[CounterKey]) -> list[bytes]:
+    """The stored keys of ``keys`` in a project's ``scope``, for ``add_to``."""
+    return [_key(scope, key) for key in keys]
 
 
 def add_decimal(txn: lmdb.Transaction, db: Any, project_id: str, mode: str,
