@@ -19,7 +19,7 @@ from storage import layout
 from storage.codec import decode, encode
 from storage.decode_cache import DecodeCache
 from storage.schema import migrate
-from storage.writer import Op, Pending, Writer
+from storage.writer import Op, Pending, Writer, after_commit
 from svc_engine.deadlines import Deadline
 from svc_engine.errors import Conflict, NotFound
 from svc_engine.idempotency import StoredResponse
@@ -64,6 +64,9 @@ class LmdbStore:
             self.env.sync(True)  # metasync is off: the writer's docstring says why
         self.writer = Writer(self.env, inline=inline_commit)
         self.cache = DecodeCache()
+        # Called once a batch that queued an outbox event has committed: the
+        # webhook dispatcher's wake-up (web/assembly.py sets it).
+        self.on_outbox: Callable[[], None] | None = None
 
     def db(self, name: bytes) -> Any:
         return self._db[name]
@@ -138,9 +141,8 @@ class LmdbStore:
     async def write(self, op: Op[Any]) -> Any:
         return await self.writer.write(op)
 
-    async def submit(self, op: Op[Any], *, lazy: bool = False,
-                     on_commit: Callable[[], None] | None = None) -> Pending[Any]:
-        return await self.writer.submit(op, lazy=lazy, on_commit=on_commit)
+    async def submit(self, op: Op[Any], *, lazy: bool = False) -> Pending[Any]:
+        return await self.writer.submit(op, lazy=lazy)
 
     def record_response(self, txn: lmdb.Transaction, idem: IdemWrite | None,
                          result: object) -> None:
@@ -428,11 +430,16 @@ class LmdbStore:
 
     def append_outbox(self, txn: lmdb.Transaction, event: OutboxEvent) -> None:
         """Queue ``event`` for the webhook dispatcher, inside the op recording it,
-        when the project has an endpoint in the event's mode."""
+        when the project has an endpoint in the event's mode; the dispatcher is
+        woken once the op's batch has committed (``on_outbox``). A write that
+        queues nothing wakes nobody: on a project without endpoints every SDK
+        call used to cost a dispatcher tick (bench/README.md, session 7)."""
         if not self.wants_webhooks(txn, event.project_id, event.mode):
             return
         key = layout.ms(event.created_at_ms) + layout.uid(event.id)
         txn.put(key, encode(event), db=self._db[b"outbox"])
+        if self.on_outbox is not None:
+            after_commit(self.on_outbox)
 
     def read_outbox(self, limit: int = 256) -> list[tuple[bytes, OutboxEvent]]:
         return [(k, decode(OutboxEvent, v)) for k, v in self.scan(b"outbox", b"", limit=limit)]

@@ -44,9 +44,12 @@ with an unpreemptible kernel the next request waits for it. Should that
 second flush fail, the batch's ops get a storage error although their
 commit is visible (as when a disk fails after the commit).
 
-``on_commit`` (an argument of ``submit``) is called once its op committed:
-the outbox dispatcher's wake-up, since a queued op's outbox event is not
-readable before that.
+An op may ask, through :func:`after_commit`, for a function to be called in
+the event loop's thread once its batch has committed (after the second
+flush, when there is one): the outbox dispatcher's wake-up, asked for by the
+ops that queue an outbox event, since the event is not readable before the
+commit, and an op that queues none wakes nobody. Each function is called
+once per batch however many ops ask, and never for an op that raised.
 
 ``inline=True`` commits in the event loop's thread instead. Tests under trio's
 ``autojump_clock`` use it: the mock clock jumps whenever every task waits,
@@ -56,6 +59,7 @@ during a write.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -70,6 +74,7 @@ from svc_engine.errors import InternalError, StoreFull, SvcError
 
 T = TypeVar("T")
 Op = Callable[[lmdb.Transaction], T]
+Outcome = tuple[Any, BaseException | None]
 BUSY_BATCH = 4
 GROUP_WINDOW_S = 0.002
 log = logging.getLogger("svc.storage")
@@ -78,13 +83,11 @@ log = logging.getLogger("svc.storage")
 class Pending(Generic[T]):
     """A write that was queued; ``wait()`` returns its result once committed."""
 
-    __slots__ = ("_done", "_error", "_result", "lazy", "on_commit", "op")
+    __slots__ = ("_done", "_error", "_result", "lazy", "op")
 
-    def __init__(self, op: Op[T], *, lazy: bool = False,
-                 on_commit: Callable[[], None] | None = None) -> None:
+    def __init__(self, op: Op[T], *, lazy: bool = False) -> None:
         self.op = op
         self.lazy = lazy
-        self.on_commit = on_commit
         self._done = trio.Event()
         self._result: Any = None
         self._error: BaseException | None = None
@@ -100,8 +103,6 @@ class Pending(Generic[T]):
     def _finish(self, result: Any, error: BaseException | None) -> None:
         self._result, self._error = result, error
         self._done.set()
-        if self.on_commit is not None and error is None:
-            self.on_commit()
 
     async def wait(self) -> T:
         await self._done.wait()
@@ -135,24 +136,21 @@ class Writer:
         self._stats.queued = self._send.statistics().current_buffer_used
         return attrs.evolve(self._stats)
 
-    async def submit(self, op: Op[T], *, lazy: bool = False,
-                     on_commit: Callable[[], None] | None = None) -> Pending[T]:
+    async def submit(self, op: Op[T], *, lazy: bool = False) -> Pending[T]:
         """Queue ``op`` (waiting for room if the queue is full); do not wait for
         commit. ``lazy``: nobody will wait for it, so its commit need not be
-        flushed twice (see the module's docstring); ``on_commit`` runs once
-        it committed."""
+        flushed twice (see the module's docstring)."""
         if self._closed:
             raise InternalError("the store is closing")
-        p: Pending[T] = Pending(op, lazy=lazy, on_commit=on_commit)
+        p: Pending[T] = Pending(op, lazy=lazy)
         await self._send.send(p)
         return p
 
-    def submit_nowait(self, op: Op[T], *, lazy: bool = False,
-                      on_commit: Callable[[], None] | None = None) -> Pending[T]:
+    def submit_nowait(self, op: Op[T], *, lazy: bool = False) -> Pending[T]:
         """Queue ``op`` or raise ``trio.WouldBlock`` when the queue is full."""
         if self._closed:
             raise InternalError("the store is closing")
-        p: Pending[T] = Pending(op, lazy=lazy, on_commit=on_commit)
+        p: Pending[T] = Pending(op, lazy=lazy)
         self._send.send_nowait(p)
         return p
 
@@ -191,12 +189,17 @@ class Writer:
                 # cancelled service never leaves acknowledged writers waiting.
                 with trio.CancelScope(shield=True):
                     if self._inline:
-                        outcomes = self._commit(batch)
+                        outcomes, after = self._commit(batch)
                         await trio.lowlevel.checkpoint()
                     else:
-                        outcomes = await self._thread.run(self._commit, batch)
+                        outcomes, after = await self._thread.run(self._commit, batch)
                 for p, (result, error) in zip(batch, outcomes, strict=True):
                     p._finish(result, error)
+                for fn in after:
+                    try:
+                        fn()
+                    except Exception:
+                        log.exception("a function to call after a commit failed")
                 self._stats.batches += 1
                 self._stats.ops += len(batch)
                 self._stats.failed_ops += sum(1 for _, e in outcomes if e is not None)
@@ -204,7 +207,8 @@ class Writer:
                 if not self._inline and len(batch) >= BUSY_BATCH:
                     await trio.sleep(GROUP_WINDOW_S)  # busy: let the next batch grow
 
-    def _commit(self, batch: list[Pending[Any]]) -> list[tuple[Any, BaseException | None]]:
+    def _commit(self, batch: list[Pending[Any]]) -> tuple[list[Outcome], list[Callable[[], None]]]:
+        """Each op's outcome, and what the batch's ops asked to call after it."""
         try:
             try:
                 return self._run(batch, isolated=False)
@@ -213,19 +217,22 @@ class Writer:
         except lmdb.MapFullError:
             log.error("LMDB map is full: raise SVC_MAP_SIZE and restart (see README)")
             err = StoreFull("the data store is full; the operator must raise SVC_MAP_SIZE")
-            return [(None, err)] * len(batch)
+            return [(None, err)] * len(batch), []
         except lmdb.Error as e:
             log.exception("LMDB commit failed")
-            return [(None, InternalError(f"storage error: {type(e).__name__}"))] * len(batch)
+            error = InternalError(f"storage error: {type(e).__name__}")
+            return [(None, error)] * len(batch), []
 
     def _run(self, batch: list[Pending[Any]], *,
-             isolated: bool) -> list[tuple[Any, BaseException | None]]:
+             isolated: bool) -> tuple[list[Outcome], list[Callable[[], None]]]:
         """One attempt at the batch in one transaction. Not ``isolated``:
         every op writes straight into it, and the first op that raises aborts
         the attempt (``_OpRaised``). ``isolated``: each op in a child
         transaction, so one that raises loses only its own writes."""
-        outcomes: list[tuple[Any, BaseException | None]] = []
+        outcomes: list[Outcome] = []
         counter_batch, token = counters.begin_batch()
+        after = _AfterCommit()
+        after_token = _AFTER.set(after)
         try:
             with self._env.begin(write=True) as txn:
                 for p in batch:
@@ -235,6 +242,7 @@ class Writer:
                         except BaseException as e:
                             raise _OpRaised from e  # aborts this attempt's transaction
                         counter_batch.keep_op()
+                        after.keep_op()
                         continue
                     child = self._env.begin(write=True, parent=txn)
                     try:
@@ -242,17 +250,52 @@ class Writer:
                     except BaseException as e:  # handed to that op's caller
                         child.abort()
                         counter_batch.drop_op()
+                        after.drop_op()
                         outcomes.append((None, _as_store_error(e)))
                     else:
                         child.commit()
                         counter_batch.keep_op()
+                        after.keep_op()
                         outcomes.append((result, None))
                 counter_batch.flush(txn)
             if not all(p.lazy for p in batch):
                 self._sync()  # the meta page too: see "Durability" above
         finally:
             counters.end_batch(token)
-        return outcomes
+            _AFTER.reset(after_token)
+        return outcomes, list(after.kept)
+
+
+class _AfterCommit:
+    """What the ops of one batch asked to call after its commit, kept aside
+    per op (as counter deltas are) so an op that raises asks for nothing."""
+
+    def __init__(self) -> None:
+        self.kept: dict[Callable[[], None], None] = {}  # ordered, each once
+        self._op: list[Callable[[], None]] = []
+
+    def add(self, fn: Callable[[], None]) -> None:
+        self._op.append(fn)
+
+    def keep_op(self) -> None:
+        self.kept.update(dict.fromkeys(self._op))
+        self._op.clear()
+
+    def drop_op(self) -> None:
+        self._op.clear()
+
+
+_AFTER: contextvars.ContextVar[_AfterCommit | None] = contextvars.ContextVar(
+    "svc_after_commit", default=None)
+
+
+def after_commit(fn: Callable[[], None]) -> None:
+    """From inside an op: call ``fn`` in the event loop's thread once the op's
+    batch has committed (see the module's docstring). An op run outside the
+    writer (a transaction of its own) asks for nothing."""
+    after = _AFTER.get()
+    if after is not None:
+        after.add(fn)
 
 
 class _OpRaised(Exception):

@@ -7,6 +7,7 @@ import trio
 import trio.testing
 
 from tests.conftest import App
+from tests.dashboard_webhook_support import make_endpoint
 from tests.deferred_helpers import (
     ANDROID_UA,
     IOS_17_UA,
@@ -73,6 +74,20 @@ async def test_unattributed_install_is_not_an_error(app: App) -> None:
     assert install is not None and install.attribution is None
     # a later launch of the same install is fine and delivers nothing
     assert await init(app, init_body(iid, "android", first=False)) == (200, {"link": None})
+
+
+async def test_a_launch_wakes_the_webhook_dispatcher_only_when_it_queued_an_event(
+        app: App) -> None:
+    """The dispatcher is woken once the install's event is committed, and not
+    at all by a launch that queued none (no endpoint in the mode)."""
+    await setup(app)
+    seen: list[int] = []
+    app.services.store.on_outbox = lambda: seen.append(len(app.services.store.read_outbox()))
+    assert await init(app, init_body(new_install(), "android")) == (200, {"link": None})
+    assert seen == []
+    await make_endpoint(app)  # a test-mode endpoint, as these installs are
+    assert await init(app, init_body(new_install(), "android")) == (200, {"link": None})
+    assert seen == [1]  # woken before the answer, with the event readable
 
 
 async def test_first_launch_replay_and_conflict(app: App) -> None:

@@ -9,9 +9,11 @@ import pytest
 import trio
 
 from svc_engine.attribution import Token
+from svc_engine.keys import Mode
 from svc_engine.platforms import Platforms
 from svc_engine.redirect import LandingPage, OgPage, Redirect, TokenPlacement
 from tests.conftest import App
+from tests.dashboard_webhook_support import make_endpoint
 from tests.test_redirect import ANDROID, DESKTOP, FULL, IPHONE, NO_APPS, TABLE
 
 UA = {
@@ -197,22 +199,29 @@ async def test_clicks_reach_the_outbox_only_when_an_endpoint_exists(app: App) ->
 
 async def test_the_outbox_is_woken_once_the_click_is_committed(app: App) -> None:
     """Nobody waits for a click's commit, so the dispatcher is woken by the
-    commit itself: woken earlier, it would find nothing and back off."""
+    commit itself: woken earlier, it would find nothing and back off. A
+    click that queued no webhook event (no endpoint) wakes nobody."""
     await configure(app, platforms=NO_APPS)
     link = await make_link(app)
     attr = app.services.attribution
-    seen: list[int] = []
-    wakeup = app.services.outbox_wakeup
+    seen: list[tuple[int, int]] = []
     woken = trio.Event()
 
     def notify() -> None:
-        seen.append(len(attr.recent_clicks(app.project_id, "live")))
+        seen.append((len(attr.recent_clicks(app.project_id, "live")),
+                     len(app.services.store.read_outbox())))
         woken.set()
 
-    wakeup.notify = notify  # type: ignore[method-assign]
+    app.services.store.on_outbox = notify
     async with app.client(**{"user-agent": UA["desktop"]}) as c:
+        r = await c.get(f"/{link['slug']}")
+        assert r.status_code == 302
+        await app.services.store.write(lambda txn: None)  # queued after the click
+        assert len(attr.recent_clicks(app.project_id, "live")) == 1
+        assert seen == []  # no endpoint: no event, no wake-up
+        await make_endpoint(app, mode=Mode.LIVE)
         r = await c.get(f"/{link['slug']}")
     assert r.status_code == 302
     with trio.fail_after(5):
         await woken.wait()
-    assert seen == [1]
+    assert seen == [(2, 1)]  # the click and its event were readable

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from storage.lmdb_store import LmdbStore
 from storage.schema import SCHEMA_VERSION, SchemaTooNew
-from storage.writer import Pending, Writer
+from storage.writer import Pending, Writer, after_commit
 from svc_engine.deadlines import Deadline
 from svc_engine.errors import Conflict, StoreFull, ValidationError
 from svc_engine.idempotency import fingerprint
@@ -124,24 +124,40 @@ async def test_a_batch_someone_may_wait_for_is_flushed_before_it_is_done(
         store.close()
 
 
-async def test_on_commit_runs_once_the_write_is_readable(store: LmdbStore) -> None:
+async def test_after_commit_runs_once_a_batch_when_the_write_is_readable(
+        store: LmdbStore) -> None:
     db = store.db(b"meta")
-    seen: list[bytes | None] = []
+    seen: list[tuple[str, bytes | None]] = []
 
     def look() -> None:
         with store.read() as txn:
-            seen.append(txn.get(b"k", db=db))
+            seen.append(("look", txn.get(b"k", db=db)))
+
+    def other() -> None:
+        seen.append(("other", None))
+
+    def good(txn: lmdb.Transaction) -> None:
+        txn.put(b"k", b"v", db=db)
+        after_commit(look)
+        after_commit(look)
 
     def bad(txn: lmdb.Transaction) -> None:
+        after_commit(other)
         raise ValidationError("nope")
 
-    ok = await store.writer.submit(lambda txn: txn.put(b"k", b"v", db=db), lazy=True,
-                                   on_commit=look)
-    failed = await store.writer.submit(bad, on_commit=look)
+    ok = store.writer.submit_nowait(good, lazy=True)
+    failed = store.writer.submit_nowait(bad)
+    also = store.writer.submit_nowait(good)
     await ok.wait()
+    await also.wait()
     with pytest.raises(ValidationError):
         await failed.wait()
-    assert seen == [b"v"]  # after the commit, and not for the op that failed
+    assert store.writer.statistics().batches == 1
+    # once for the batch, after its commit, and nothing for the op that failed
+    assert seen == [("look", b"v")]
+    with store.env.begin(write=True) as txn:  # outside the writer: nothing is asked
+        good(txn)
+    assert seen == [("look", b"v")]
 
 
 async def test_settings_idempotency_record_in_same_commit(store: LmdbStore) -> None:

@@ -153,8 +153,6 @@ def register(api: Api) -> None:
             result = await events.record_batch(
                 project_id=ctx.project.id, mode=ctx.mode, install_id=install_id,
                 events=new, idem=slot.write(lambda v: ok(batch_json(v))))
-            if result.published:
-                services.outbox_wakeup.notify()
             return json_response(200, result.to_json())
 
         return await api.idem.run(req, ctx.scope, body, run)

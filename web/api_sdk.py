@@ -79,9 +79,7 @@ def register(api: Api) -> None:
                               build: Callable[[DeferredSettings], Op[T]]) -> T:
         actor = await services.registry.get(ctx.project.id)
         pending = await actor.submit(build)
-        result = await pending.wait()
-        services.outbox_wakeup.notify()
-        return result
+        return await pending.wait()
 
     async def init(req: Request) -> Response:
         ctx = api.sdk_auth(req)

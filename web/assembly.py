@@ -27,6 +27,7 @@ async def start_services(nursery: trio.Nursery, config: Config, store: LmdbStore
     registry = Registry(store, clock, nursery)
     services = Services(config=config, store=store, clock=clock, registry=registry,
                         timer=timer, server_secret=server_secret)
+    store.on_outbox = services.outbox_wakeup.notify
     await nursery.start(Housekeeper(services).run)
     services.webhooks = await start_webhooks(
         nursery, store=store, clock=clock, timer=timer, wakeup=services.outbox_wakeup,

@@ -96,8 +96,7 @@ class Redirector:
         op = services.attribution.click_op(click, link, window=window, token=token)
         # Without a token nobody waits for the click ("lazy" in storage/writer.py);
         # a token is asked for by the app later: durable before the answer.
-        pending = await services.store.submit(op, lazy=token is None,
-                                              on_commit=services.outbox_wakeup.notify)
+        pending = await services.store.submit(op, lazy=token is None)
         if token is not None:
             await pending.wait()
 
