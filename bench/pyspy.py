@@ -47,8 +47,8 @@ def summarize(path: Path, top: int = 25) -> str:
     total = 0
     for line in path.read_text().splitlines():
         stack, _, count = line.rstrip().rpartition(" ")
-        if not stack:
-            continue
+        if not stack or not count.isdigit():
+            continue  # --nonblocking can read a frame mid-change: garbled, skipped
         n = int(count)
         total += n
         frames = stack.split(";")
