@@ -28,6 +28,7 @@ import datetime
 import functools
 import json
 import os
+import re
 import resource
 import shlex
 import shutil
@@ -111,7 +112,8 @@ class Pinning:
 
 def estimate_seconds(targets: Sequence[Target], profile: Profile) -> int:
     """A generous upper estimate of the run's wall time."""
-    per_target = STARTUP_ALLOWANCE_S + profile.warmup_s + profile.loaded_s + profile.unloaded_s
+    per_target = (STARTUP_ALLOWANCE_S + profile.warmup_s + profile.loaded_s + profile.unloaded_s
+                  + round(3 * ACCESS_FLUSH_S))  # three wrk runs, each waits for the log
     baselines = sum(1 for t in targets if t.group == "baseline")
     paths = len(targets) - baselines
     again = baselines if paths else 0  # measured again after the paths
@@ -252,6 +254,7 @@ def _check_status(target: Target, server: RunningServer, values: dict[str, str])
 def _measure(
     server: RunningServer, argv: list[str], duration_s: int, out: Path, connections: int
 ) -> PhaseResult:
+    log_start = server.log_path.stat().st_size
     before = tree_cpu_seconds(server.pid)
     busy_before, steal_before = machine_cpu_seconds()
     wrk_before = _children_cpu_seconds()
@@ -267,6 +270,10 @@ def _measure(
         raise BenchFailed(f"wrk failed ({done.returncode}): {done.stderr.strip()[:400]}")
     if server.process.poll() is not None:
         raise BenchFailed(f"server exited during the run: see {server.log_path}")
+    time.sleep(ACCESS_FLUSH_S)  # the service writes its access lines every 0.25 s
+    with server.log_path.open("rb") as log:
+        log.seek(log_start)
+        logged = log.read().decode("utf-8", "replace")
     return PhaseResult(
         connections=connections,
         load=parse_wrk_output(done.stdout),
@@ -275,7 +282,21 @@ def _measure(
         wrk_cpu_s=wrk_cpu,
         other_cpu_s=max(0.0, busy_after - busy_before - (after - before) - wrk_cpu),
         steal_s=steal_after - steal_before,
+        server_p99_ms=access_p99_ms(logged),
     )
+
+
+ACCESS_FLUSH_S = 0.35
+_ACCESS = re.compile(r" svc\.access \S+ \S+ \d{3} (\d+(?:\.\d+)?)ms$", re.MULTILINE)
+
+
+def access_p99_ms(log_text: str) -> float | None:
+    """The p99 (nearest rank) of the times in the service's access lines
+    (``... svc.access GET /path 302 0.4ms``); None when there are none."""
+    times = sorted(float(m) for m in _ACCESS.findall(log_text))
+    if not times:
+        return None
+    return times[max(0, -(-99 * len(times) // 100) - 1)]
 
 
 class PairedBaseline:

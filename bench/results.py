@@ -31,6 +31,9 @@ class PhaseResult:
     other_cpu_s: float = 0.0
     """CPU time used by everything but the server and wrk during the run (noise)."""
     steal_s: float = 0.0
+    server_p99_ms: float | None = None
+    """p99 of the same requests as the service timed them (its access log:
+    from the parsed head to the answer written); None without an access log."""
 
     @property
     def other_load(self) -> float:

@@ -202,3 +202,31 @@ def test_goals_are_judged_on_the_paired_ratio_and_the_unloaded_p99() -> None:
     assert "| redirect-desktop | p99 c1 < 2 ms | 3.96 ms | **no** |" in text
     assert "| events-batch-100 | events/s >= 100,000 | 110,000 | yes |" in text
     assert text.startswith("### Goals, this run: 2 of 5 met")
+
+
+def test_the_service_side_p99_comes_from_its_access_lines() -> None:
+    from bench.harness import access_p99_ms
+
+    lines = [f"2026-11-22 16:24:21,6{i:02d} INFO svc.access POST /v1/sdk/init 200 "
+             f"{0.5 + i / 100:.1f}ms" for i in range(100)]
+    noise = ["2026-11-22 16:24:21,700 INFO svc stopped; data is closed",
+             "svc: listening on http://127.0.0.1:1"]
+    # nearest rank: the 99th of 100 sorted times (0.5 + 98/100 -> "1.5")
+    assert access_p99_ms("\n".join(noise[:1] + lines + noise[1:])) == pytest.approx(1.5)
+    assert access_p99_ms("\n".join(lines[:1])) == pytest.approx(0.5)
+    assert access_p99_ms("\n".join(noise)) is None
+
+
+def test_the_table_shows_the_service_side_p99_where_there_is_one() -> None:
+    from bench.report import render_table
+
+    base, path = _result(HYPERCORN_302, 2500.0, None), _result("init", 2250.0, (2000.0, 3000.0))
+    path = attrs.evolve(path, unloaded=attrs.evolve(path.unloaded, server_p99_ms=1.3))
+    record = RunRecord(started_at="", command="", profile="full", durations="", pinning="",
+                       machine=(), versions=(), results=(base, path),
+                       ratios=compute_ratios({"init": 2250.0, HYPERCORN_302: 2500.0}),
+                       elapsed_s=1.0)
+    head, _, base_row, path_row = render_table(record).splitlines()
+    assert "| p99 c1 | p99 c1 in server | CPU µs/req |" in head
+    assert "| 3.96 ms |  | " in base_row  # a baseline writes no access log
+    assert "| 3.96 ms | 1.30 ms | " in path_row
