@@ -154,11 +154,12 @@ class AttributionStore:
         counted = counters.keys_of(scope, click_keys(
             link_id=click.link_id, at_ms=click.at_ms, platform=click.platform,
             country=click.country, referrer_host=click.referrer_host))
+        counter_db = db[b"counters"]
 
         def op(txn: lmdb.Transaction) -> None:
             for key, value, into in puts:
                 txn.put(key, value, db=into)
-            counters.add_to(txn, db[b"counters"], counted, 1)
+            counters.add_to(txn, counter_db, counted, 1)
             if self.store.wants_webhooks(txn, click.project_id, click.mode.value):
                 self.store.append_outbox(txn, OutboxEvent(
                     id=click.id, type=EventType.CLICK, project_id=click.project_id,

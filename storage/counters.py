@@ -149,5 +149,4 @@ def keys_of(scope: bytes, keys: Iterable[CounterKey]) -> list[bytes]:
 
 def add_decimal(txn: lmdb.Transaction, db: Any, project_id: str, mode: str,
                 keys: Iterable[CounterKey], amount: decimal.Decimal) -> None:
-    scope = layout.scope(project_id, mode)
-    add_to(txn, db, [_key(scope, key) for key in keys], amount)
+    add_to(txn, db, keys_of(layout.scope(project_id, mode), keys), amount)

@@ -366,7 +366,6 @@ async def test_an_event_recorded_twice_is_delivered_once(
     await _settle()
     store = app.services.store
     await store.write(lambda txn: store.append_outbox(txn, event))  # a replayed append
-    app.services.outbox_wakeup.notify()
     await _settle()
     assert len(receiver.hits) == 1 and len(deliveries_of(app, event.id)) == 1
     assert store.read_outbox() == []

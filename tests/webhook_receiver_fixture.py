@@ -157,14 +157,19 @@ async def add_endpoint(app: App, url: str, key: str = "sk_test", **fields: Any
 async def emit(app: App, type_: str = "click", *, mode: str = "test",
                project_id: str | None = None, data: dict[str, Any] | None = None,
                at_ms: int | None = None) -> OutboxEvent:
-    """Record an event as the redirector or SDK would: outbox append, then notify."""
+    """Record an event as the redirector or SDK would: queued when the project
+    has an endpoint in that mode, the dispatcher woken once it committed."""
     services = app.services
     event = OutboxEvent(id=new_id(system_random(16)), type=EventType(type_),
                         project_id=project_id or app.project_id, mode=mode,
                         created_at_ms=services.clock.now_ms() if at_ms is None else at_ms,
                         data=data if data is not None else {"n": 1})
-    await services.store.write(lambda txn: services.store.append_outbox(txn, event))
-    services.outbox_wakeup.notify()
+
+    def record(txn: Any) -> None:
+        if services.store.wants_webhooks(txn, event.project_id, event.mode):
+            services.store.append_outbox(txn, event)
+
+    await services.store.write(record)
     return event
 
 
