@@ -11,11 +11,12 @@ decide retries or health (the WebhookActor does, from ``AttemptReport``).
 * The address guard decides where to connect: ``url_target_rule`` on the URL
   (private, loopback, link-local, multicast and metadata addresses refused
   unless in ``webhook_allow_cidrs``; literal ``localhost``, ``127.0.0.1`` and
-  ``[::1]`` URLs allowed; plain http only for those). A host name is resolved
-  once per attempt by ``GuardedBackend``, every address of the answer is
-  judged, and only the judged addresses are dialled or taken from the pool.
-  There is no second lookup between check and connect, so DNS rebinding has
-  nothing to exploit. TLS verifies the certificate for the URL's host name
+  ``[::1]`` URLs allowed; plain http only for those). ``GuardedBackend``
+  takes a host name's addresses from ``NameCache`` (actors/name_cache.py:
+  answers kept 30 s, one lookup per name in flight), judges every address of
+  the answer on every attempt, and dials or takes from the pool only the
+  addresses it judged. There is no second lookup between check and connect,
+  so DNS rebinding has nothing to exploit. TLS verifies the certificate for the URL's host name
   (SNI and hostname check use the name, not the address).
 * Redirects are never followed (a 3xx is a failed attempt).
 * One deadline (10 s, ``deadline_s``) covers the whole attempt: resolution,
@@ -34,7 +35,7 @@ from __future__ import annotations
 import functools
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -43,8 +44,9 @@ import certifi
 import h11
 import trio
 
-from actors.clock import Clock
+from actors.clock import Clock, SystemClock
 from actors.h11_client import H11Client, Pool, connect_tcp
+from actors.name_cache import DNS_CACHE_MS, NameCache, Resolver
 from svc_engine import signing
 from svc_engine.errors import ValidationError
 from svc_engine.ssrf import BLOCKED, DEFAULT_PORTS, RESOLVE, TargetVerdict, url_target_rule
@@ -58,8 +60,6 @@ from svc_engine.webhook_retry import (
 from svc_engine.webhook_steps import Answer
 
 READ_LIMIT = 64 * 1024
-
-Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
 _target_rule = functools.lru_cache(maxsize=4096)(url_target_rule)
 """``url_target_rule`` is pure; a delivery's URL is judged once, not per attempt.
@@ -125,12 +125,15 @@ async def system_resolver(host: str, port: int) -> Sequence[str]:
 
 
 class GuardedBackend:
-    """Resolve once, judge every address, dial only the addresses judged."""
+    """Resolve (through a ``NameCache``), judge every address, dial only the
+    addresses judged. ``dns_cache_ms=0``: look the name up on every attempt."""
 
     def __init__(self, allow: Sequence[str] = (), resolver: Resolver = system_resolver,
-                 inner: Dialer | None = None) -> None:
+                 inner: Dialer | None = None, *, clock: Clock | None = None,
+                 dns_cache_ms: int = DNS_CACHE_MS) -> None:
         self._allow = tuple(allow)
-        self._resolve = resolver
+        self._names = NameCache(resolver, clock if clock is not None else SystemClock(),
+                                ttl_ms=dns_cache_ms)
         self._inner = inner if inner is not None else TcpDialer()
 
     async def allowed_addresses(self, host: str, port: int) -> tuple[str, ...]:
@@ -138,7 +141,7 @@ class GuardedBackend:
         url = f"https://{named}:{port}/"
         verdict = _target_rule(url, None, self._allow)
         if verdict.decision == RESOLVE:
-            resolved = tuple(await self._resolve(host, port))
+            resolved = await self._names.addresses(host, port)
             verdict = _target_rule(url, resolved, self._allow)
         if not verdict.allowed:
             raise BlockedAddress(verdict.reason)
@@ -188,11 +191,12 @@ class HttpSender:
     def __init__(self, clock: Clock, *, allow: Sequence[str] = (),
                  ca_bundle: str | None = None, resolver: Resolver = system_resolver,
                  deadline_s: float = RESPONSE_DEADLINE_MS / 1000,
-                 pool: Pool | None = None) -> None:
+                 pool: Pool | None = None, dns_cache_ms: int = DNS_CACHE_MS) -> None:
         self._clock = clock
         self._allow = tuple(allow)
         self._deadline_s = deadline_s
-        self._guard = GuardedBackend(self._allow, resolver)
+        self._guard = GuardedBackend(self._allow, resolver, clock=clock,
+                                     dns_cache_ms=dns_cache_ms)
         self._client = H11Client(ssl_context(ca_bundle), dial=self._guard.dial, pool=pool)
 
     async def __aenter__(self) -> HttpSender:

@@ -168,7 +168,7 @@ async def test_each_attempt_is_judged_and_pooled_connections_follow_the_answer(
     async with serving(answering(NO_CONTENT), tls=tls,
                        hosts=("127.0.0.1", "127.0.0.2")) as server, \
             HttpSender(SystemClock(), allow=("127.0.0.0/8",), ca_bundle=ca_path,
-                       resolver=resolver) as sender:
+                       resolver=resolver, dns_cache_ms=0) as sender:
         url = f"http://hooks.example:{server.port}/h"
         # Plain http to a name is refused before any lookup.
         assert (await sender.attempt(_job(url))).error == "blocked_address"

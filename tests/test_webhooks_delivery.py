@@ -15,7 +15,7 @@ import standardwebhooks
 import trio
 import trustme
 
-from actors.clock import SystemClock
+from actors.clock import SystemClock, TrioWallClock
 from actors.webhook_sender import BlockedAddress, GuardedBackend, HttpSender, SendJob
 from storage.lmdb_store import LmdbStore
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
@@ -223,11 +223,25 @@ async def test_allow_list_and_literal_localhost() -> None:
 
 async def test_dns_rebinding_finds_no_second_lookup() -> None:
     resolver, dialer = _Resolver(["93.184.216.34"], ["127.0.0.1"]), _Dialer()
-    guard = GuardedBackend((), resolver, dialer)
+    guard = GuardedBackend((), resolver, dialer, dns_cache_ms=0)
     await guard.connect_tcp("rebind.example", 443)
     with pytest.raises(BlockedAddress):
         await guard.connect_tcp("rebind.example", 443)
     assert dialer.dialed == ["93.184.216.34"]  # what was dialled is what was judged
+
+
+async def test_a_kept_answer_is_judged_again_and_a_moved_name_is_refused_once_it_expires(
+        autojump_clock: trio.testing.MockClock) -> None:
+    resolver, dialer = _Resolver(["93.184.216.34"], ["127.0.0.1"]), _Dialer()
+    guard = GuardedBackend((), resolver, dialer, clock=TrioWallClock())
+    await guard.connect_tcp("rebind.example", 443)
+    await trio.sleep(29.9)
+    await guard.connect_tcp("rebind.example", 443)  # the kept answer, judged again
+    assert resolver.calls == 1
+    await trio.sleep(0.2)
+    with pytest.raises(BlockedAddress):  # 30 s on, the name is looked up again
+        await guard.connect_tcp("rebind.example", 443)
+    assert resolver.calls == 2 and dialer.dialed == ["93.184.216.34"] * 2
 
 
 async def test_sender_blocks_a_name_that_points_at_a_listening_loopback(
@@ -256,7 +270,6 @@ async def _never(req: Received, n: int) -> Reply:
 
 async def test_a_slow_endpoint_times_out_after_10_seconds(
         ca: tuple[trustme.CA, str], autojump_clock: trio.testing.MockClock) -> None:
-    from actors.clock import TrioWallClock
 
     clock = TrioWallClock()
     async with running_receiver(ca[0], clock) as receiver:
