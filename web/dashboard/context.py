@@ -36,6 +36,7 @@ from svc_engine.keys import Mode
 from svc_engine.records import Organization, Project, Role, User
 from svc_engine.roles import CONTACT_NOTE, Action, allows, who_may
 from svc_engine.sessions import ABSOLUTE_MS, Session, encode_token, is_live, token_hash, touched
+from web.dashboard.form_once import FormOnce, fields_digest
 from web.dashboard.nav import DEFAULT_NAV, NavEntry, grouped
 from web.dashboard.throttle import SignInThrottle
 from web.services import Services
@@ -99,6 +100,7 @@ class Dashboard:
         self.app = app
         self.services = services
         self.throttle = SignInThrottle(services.server_secret)
+        self.once = FormOnce(services.clock.now_ms, services.random)
         self.nav: list[NavEntry] = list(DEFAULT_NAV)
         self.routes: list[RouteInfo] = []
         self.notices: dict[str, str] = {}
@@ -123,8 +125,10 @@ class Dashboard:
     # -- route declarations ------------------------------------------------------
 
     def page(self, rule: str, action: Action, *, methods: tuple[str, ...] = ("GET",),
-             endpoint: str | None = None) -> Callable[[View], View]:
-        """A signed-in route needing ``action``; the view gets the Viewer first."""
+             endpoint: str | None = None, once: bool = False) -> Callable[[View], View]:
+        """A signed-in route needing ``action``; the view gets the Viewer first.
+        ``once``: a POST that creates or sends something; the same form posted
+        again gets the first answer (web/dashboard/form_once.py)."""
 
         def deco(view: View) -> View:
             name = endpoint or view.__name__
@@ -139,6 +143,17 @@ class Dashboard:
                     if viewer.workspace is None:
                         return await self.render("no_org.html", viewer, status=403)
                     return await self.refused(viewer, action)
+                if once and request.method == "POST":
+                    form = await request.form
+
+                    async def make() -> Response:
+                        answer = await current_app.make_response(await view(viewer, **kwargs))
+                        assert isinstance(answer, Response)
+                        return answer
+
+                    return await self.once.run(viewer.csrf, form.get("once"),
+                                               fields_digest(list(form.items(multi=True))),
+                                               make)
                 return await view(viewer, **kwargs)
 
             self._add(rule, name, guarded, methods, action)
@@ -267,6 +282,7 @@ class Dashboard:
             template, viewer=viewer, theme=theme if theme in THEMES else "system",
             nav=grouped(self.nav), endpoint=request.endpoint, here=_here(),
             csrf_token=viewer.csrf if viewer else self.anonymous_csrf(),
+            once_key=self.once.new_key,
             notice=self.notices.get(done), asset_version=self.asset_version,
             Action=Action, **context)
         resp: Response = current_app.response_class(body, status=status, headers=headers or {})

@@ -52,7 +52,7 @@ def register(dash: Dashboard) -> None:
         return await keys_page(viewer)
 
     @dash.page("/dashboard/settings/keys", Action.KEYS_MANAGE, methods=("POST",),
-               endpoint="create_key")
+               endpoint="create_key", once=True)
     async def create_key(viewer: Viewer) -> ResponseReturnValue:
         form = await request.form
         try:

@@ -149,7 +149,7 @@ def register(dash: Dashboard) -> None:
     async def new_link_page(viewer: Viewer) -> ResponseReturnValue:
         return await form_page(viewer, LinkForm())
 
-    @dash.page("/dashboard/links/new", Action.LINKS_MANAGE, methods=("POST",))
+    @dash.page("/dashboard/links/new", Action.LINKS_MANAGE, methods=("POST",), once=True)
     async def create_link(viewer: Viewer) -> ResponseReturnValue:
         data = await request.form
         form = from_form(data)

@@ -92,7 +92,7 @@ def register(dash: Dashboard) -> None:
         return await team_page(viewer)
 
     @dash.page("/dashboard/settings/team/invite", Action.TEAM_MANAGE, methods=("POST",),
-               endpoint="invite_member")
+               endpoint="invite_member", once=True)
     async def invite_member(viewer: Viewer) -> ResponseReturnValue:
         assert viewer.org is not None and viewer.role is not None
         form = await request.form

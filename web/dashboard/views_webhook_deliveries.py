@@ -127,9 +127,9 @@ def register(dash: Dashboard) -> None:
         return handler
 
     dash.page(ONE + "/retry", Action.WEBHOOKS_MANAGE, methods=("POST",),
-              endpoint="retry_delivery")(again("retry"))
+              endpoint="retry_delivery", once=True)(again("retry"))
     dash.page(ONE + "/resend", Action.WEBHOOKS_MANAGE, methods=("POST",),
-              endpoint="resend_delivery")(again("resend"))
+              endpoint="resend_delivery", once=True)(again("resend"))
 
 
 def _int_arg(name: str) -> int:

@@ -131,7 +131,7 @@ def register(dash: Dashboard) -> None:
         return await form_page(viewer, EndpointForm())
 
     @dash.page(BASE + "/new", Action.WEBHOOKS_MANAGE, methods=("POST",),
-               endpoint="create_webhook")
+               endpoint="create_webhook", once=True)
     async def create_webhook(viewer: Viewer) -> ResponseReturnValue:
         if not plan_allows(viewer):
             return await plan_page(dash, viewer)
@@ -193,7 +193,7 @@ def register(dash: Dashboard) -> None:
         return None
 
     @dash.page(ONE + "/test", Action.WEBHOOKS_MANAGE, methods=("POST",),
-               endpoint="test_webhook")
+               endpoint="test_webhook", once=True)
     async def test_webhook(viewer: Viewer, endpoint_id: str) -> ResponseReturnValue:
         if not plan_allows(viewer):
             return await plan_page(dash, viewer)

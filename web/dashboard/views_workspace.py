@@ -83,7 +83,7 @@ def register(dash: Dashboard) -> None:
         return await new_org_page(viewer)
 
     @dash.page("/dashboard/orgs/new", Action.ORG_CREATE, methods=("POST",),
-               endpoint="create_org")
+               endpoint="create_org", once=True)
     async def create_org(viewer: Viewer) -> ResponseReturnValue:
         name = (await request.form).get("name", "")
         now = dash.now_ms()
@@ -108,7 +108,7 @@ def register(dash: Dashboard) -> None:
         return await new_project_page(viewer)
 
     @dash.page("/dashboard/projects/new", Action.PROJECT_CREATE, methods=("POST",),
-               endpoint="create_project")
+               endpoint="create_project", once=True)
     async def create_project(viewer: Viewer) -> ResponseReturnValue:
         assert viewer.org is not None
         name = (await request.form).get("name", "")
