@@ -16,8 +16,8 @@ decide retries or health (the WebhookActor does, from ``AttemptReport``).
   answers kept 30 s, one lookup per name in flight), judges every address of
   the answer on every attempt, and dials or takes from the pool only the
   addresses it judged. There is no second lookup between check and connect,
-  so DNS rebinding has nothing to exploit. TLS verifies the certificate for the URL's host name
-  (SNI and hostname check use the name, not the address).
+  so DNS rebinding has nothing to exploit. TLS verifies the certificate for
+  the URL's host name (SNI and hostname check use the name, not the address).
 * Redirects are never followed (a 3xx is a failed attempt).
 * One deadline (10 s, ``deadline_s``) covers the whole attempt: resolution,
   connection, TLS, request, response head and reading the body.

@@ -10,9 +10,10 @@ import trio
 import trio.testing
 from quart import Response
 
+from svc_engine.webhook_delivery import DeliveryStatus
 from tests.conftest import App
-from tests.dashboard_support import owner, signed_in
-from tests.dashboard_webhook_support import make_endpoint
+from tests.dashboard_support import Member, owner, signed_in
+from tests.dashboard_webhook_support import actor, make_delivery, make_endpoint
 from web.dashboard.form_once import CAPACITY, KEEP_MS, FormOnce, fields_digest
 
 KEY = "0123456789abcdef" * 2
@@ -168,12 +169,18 @@ ONCE_FIELD = re.compile(r'name="once" value="([0-9a-f]{32})"')
 SECRET_VALUE = re.compile(r'id="new-key" class="mono reveal-value" type="text" value="([^"]+)"')
 
 
+async def once_key(m: Member, path: str) -> str:
+    """The ``once`` field of the form on the page at ``path``."""
+    page = await m.get(path)
+    found = ONCE_FIELD.search(page.text)
+    assert page.status_code == 200 and found is not None, path
+    return found.group(1)
+
+
 async def test_a_link_form_posted_twice_makes_one_link(app: App) -> None:
     m = await signed_in(app, owner(app))
-    page = await m.get("/dashboard/links/new")
-    key = ONCE_FIELD.search(page.text)
-    assert key is not None
-    form = {"path": "/product/42", "slug": "twice", "once": key.group(1)}
+    key = await once_key(m, "/dashboard/links/new")
+    form = {"path": "/product/42", "slug": "twice", "once": key}
     first = await m.post("/dashboard/links/new", form)
     again = await m.post("/dashboard/links/new", form)
     assert first.status_code == again.status_code == 303
@@ -182,21 +189,16 @@ async def test_a_link_form_posted_twice_makes_one_link(app: App) -> None:
         listed = (await c.get("/v1/links")).json()
     assert [link["slug"] for link in listed["data"]] == ["twice"]
     # A fresh form (a new key) makes another link; the new page has a new key.
-    page = await m.get("/dashboard/links/new")
-    fresh = ONCE_FIELD.search(page.text)
-    assert fresh is not None and fresh.group(1) != key.group(1)
-    other = await m.post("/dashboard/links/new", {**form, "slug": "third",
-                                                  "once": fresh.group(1)})
+    fresh = await once_key(m, "/dashboard/links/new")
+    assert fresh != key
+    other = await m.post("/dashboard/links/new", {**form, "slug": "third", "once": fresh})
     assert other.status_code == 303 and other.headers["location"] != first.headers["location"]
     await m.aclose()
 
 
 async def test_a_key_form_posted_twice_makes_one_key_and_shows_it_both_times(app: App) -> None:
     m = await signed_in(app, owner(app))
-    page = await m.get("/dashboard/settings/keys")
-    key = ONCE_FIELD.search(page.text)
-    assert key is not None
-    form = {"kind": "secret", "name": "CI", "once": key.group(1)}
+    form = {"kind": "secret", "name": "CI", "once": await once_key(m, "/dashboard/settings/keys")}
     first = await m.post("/dashboard/settings/keys", form)
     again = await m.post("/dashboard/settings/keys", form)
     shown = [SECRET_VALUE.search(r.text) for r in (first, again)]
@@ -216,23 +218,43 @@ async def test_a_key_form_posted_twice_makes_one_key_and_shows_it_both_times(app
                                   "/dashboard/projects/new", "/dashboard/settings/webhooks/new"])
 async def test_every_create_form_carries_a_once_key(app: App, path: str) -> None:
     m = await signed_in(app, owner(app))
-    page = await m.get(path)
-    assert page.status_code == 200 and ONCE_FIELD.search(page.text), path
+    await once_key(m, path)
     await m.aclose()
 
 
 async def test_send_test_clicked_twice_sends_one_test_event(app: App) -> None:
     endpoint = await make_endpoint(app)
     m = await signed_in(app, owner(app))
-    page = await m.get(f"/dashboard/settings/webhooks/{endpoint.id}")
-    key = ONCE_FIELD.search(page.text)
-    assert key is not None
+    key = await once_key(m, f"/dashboard/settings/webhooks/{endpoint.id}")
     path = f"/dashboard/settings/webhooks/{endpoint.id}/test"
-    first = await m.post(path, {"once": key.group(1)})
-    again = await m.post(path, {"once": key.group(1)})
+    first = await m.post(path, {"once": key})
+    again = await m.post(path, {"once": key})
     assert first.status_code == again.status_code == 303
     assert first.headers["location"] == again.headers["location"]
     async with app.client("sk_test") as c:
         listed = (await c.get(f"/v1/webhooks/deliveries?endpointId={endpoint.id}")).json()
     assert len(listed["data"]) == 1
+    await m.aclose()
+
+
+async def test_retry_clicked_twice_retries_once(app: App) -> None:
+    endpoint = await make_endpoint(app)
+    failed = await make_delivery(app, endpoint, DeliveryStatus.FAILED, attempts=7,
+                                 response_status=None)
+    m = await signed_in(app, owner(app))
+    page = f"/dashboard/settings/webhooks/deliveries/{failed.id}"
+    key = await once_key(m, page)
+    first = await m.post(page + "/retry", {"once": key})
+    again = await m.post(page + "/retry", {"once": key})
+    assert first.status_code == again.status_code == 303
+    assert again.headers["location"] == f"{page}?done=delivery-retried"
+    # Done twice, the second would be refused while the first attempt runs, or
+    # make a ninth attempt once it failed (nothing listens on the endpoint's port).
+    webhooks = actor(app)
+    with trio.fail_after(10):  # the real attempt: a refused connection
+        while webhooks.is_busy(failed.id) or (
+                (d := webhooks.tables.delivery(failed.id)) is None
+                or d.status is not DeliveryStatus.FAILED):
+            await trio.sleep(0.01)
+    assert len(d.attempts) == 8
     await m.aclose()

@@ -26,6 +26,7 @@ a resent form is run again, as it was before this existed.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Awaitable, Callable
 
 import attrs
@@ -38,6 +39,7 @@ CAPACITY = 10_000
 MAX_BYTES = 8 << 20  # most answers are empty redirects; a new key's page is ~30 KiB
 KEY_HEX = 32
 _NOT_FIELDS = frozenset({"csrf", "once"})
+_KEY = re.compile(rf"[0-9a-f]{{{KEY_HEX}}}")  # what new_key makes
 
 
 @attrs.frozen
@@ -86,7 +88,7 @@ class FormOnce:
                   make: Callable[[], Awaitable[Response]]) -> Response:
         """``make()``'s answer, or the kept answer of the same form (``scope``:
         the session; ``fields``: ``fields_digest`` of the POST)."""
-        if key is None or len(key) != KEY_HEX or not _is_hex(key):
+        if key is None or not _KEY.fullmatch(key):
             return await make()
         slot = (scope, key)
         while (running := self._running.get(slot)) is not None:
@@ -123,7 +125,3 @@ class FormOnce:
         gone = self._answers.pop(slot, None)
         if gone is not None:
             self._bytes -= len(gone.body)
-
-
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)
