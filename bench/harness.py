@@ -100,7 +100,7 @@ class Profile:
         )
 
 
-FULL = Profile("full", warmup_s=2, loaded_s=8, unloaded_s=5)
+FULL = Profile("full", warmup_s=2, loaded_s=6, unloaded_s=8)
 QUICK = Profile("quick", warmup_s=1, loaded_s=3, unloaded_s=2, paired_s=2)
 
 
