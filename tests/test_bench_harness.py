@@ -137,6 +137,11 @@ def test_lua_strings_and_random_paths() -> None:
     assert "request = function()" not in render_lua(name="t", paths=("/a",))
 
 
+def test_full_run_measures_unloaded_longer_than_loaded() -> None:
+    # bench/report.py's method text says so: c1's p99 must not be one short slow phase
+    assert FULL.unloaded_s > FULL.loaded_s
+
+
 def test_full_run_of_registered_targets_and_steps_fits_the_time_budget() -> None:
     steps = extras.estimate_seconds(extras.STEPS, quick=False)
     assert estimate_seconds(all_targets(), FULL) + steps <= 570
