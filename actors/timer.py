@@ -10,13 +10,34 @@ handlers never block (they post to an actor's mailbox without waiting) and are
 idempotent, because the deadline is removed by the handler's own write and a
 crash in between fires it again after restart. A handler that reports
 ``Overloaded`` is retried one second later.
+
+Memory is bounded: the timer holds at most about ``capacity`` deadlines (the
+earliest), the rest wait in the store. ``horizon`` is the last deadline (in
+``Deadline`` order: due ms, kind, ref, which is the store's key order) up to
+which every persisted deadline is held; ``None`` means every one is. A
+deadline scheduled past the horizon is not held: the store has it. When what
+is held runs low, the timer reads the next ones after the horizon
+(``refill``); when schedules push it past ``capacity`` by half, it keeps the
+earliest ``capacity`` and lowers the horizon (``shrink``). A receiver down
+for a day with webhook deliveries waiting to retry costs the store, not the
+process's memory.
+
+That rests on one rule for the callers: a deadline handed to
+``schedule_nowait`` has been persisted, or its write has been handed to the
+writer (or to a holder of writes that ``settle`` flushes) before the call
+returns to the event loop. Before reading the store a refill awaits every
+``settle`` given to ``register`` (the webhook actor's held writes), then the
+store's own ordering does the rest: whatever was scheduled before that point
+is committed when the refill reads. Deadlines scheduled past the old horizon
+while a refill waits are kept aside and held if the new horizon covers them;
+later ones are found by the next refill, which settles first.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import attrs
@@ -24,50 +45,80 @@ import trio
 
 from actors.clock import Clock
 from svc_engine.deadlines import Deadline
-from svc_engine.errors import Overloaded
+from svc_engine.errors import Overloaded, SvcError
 
 log = logging.getLogger("svc.timer")
 Handler = Callable[[Deadline], None]
+Settle = Callable[[], Awaitable[None]]
 RETRY_MS = 1000
+CAPACITY = 20_000
+"""Deadlines held in memory: ~370 bytes each with a delivery id as ``ref``
+(~7 MB). A shrink sorts ~1.5 times this many (~25 ms on this kind of machine)."""
+REFILL_CHUNK = 1_000
+"""Deadlines read from the store per refill step (~3 ms), between which the
+timer fires what is due."""
 
 
 class DeadlineSource(Protocol):
     """What the timer needs of the store: the persisted deadlines."""
 
-    def load_deadlines(self) -> list[Deadline]: ...
+    def load_deadlines(self, *, after: Deadline | None = None,
+                       limit: int | None = None) -> list[Deadline]: ...
 
 
 @attrs.define
 class TimerStats:
-    pending: int = 0
+    pending: int = 0  # held in memory
     fired: int = 0
     retried: int = 0
+    refills: int = 0
+    shrinks: int = 0
+    horizon_ms: int | None = None  # later deadlines wait in the store only
 
 
 class TimerActor:
-    def __init__(self, store: DeadlineSource, clock: Clock) -> None:
+    def __init__(self, store: DeadlineSource, clock: Clock, *,
+                 capacity: int | None = None) -> None:
+        capacity = CAPACITY if capacity is None else capacity
+        if capacity < 2:
+            raise ValueError("a timer holds at least 2 deadlines")
         self._store = store
         self._clock = clock
+        self._capacity = capacity
         self._handlers: dict[str, Handler] = {}
+        self._settles: list[Settle] = []
         # (fire at ms, sequence, deadline): a retried deadline keeps its identity
         # (the handler removes the persisted record by it) but fires later.
         self._heap: list[tuple[int, int, Deadline]] = []
         self._known: set[Deadline] = set()
+        self._horizon: Deadline | None = None  # see the module's docstring
+        self._aside: list[Deadline] | None = None  # past the horizon during a refill
         self._seq = 0
         self._wake = trio.Event()
         self._stats = TimerStats()
 
-    def register(self, kind: str, handler: Handler) -> None:
+    def register(self, kind: str, handler: Handler, *, settle: Settle | None = None) -> None:
+        """``handler`` fires deadlines of ``kind``. ``settle``: for a caller
+        whose deadline writes may be held back (not yet handed to the store's
+        writer) when it schedules them; it must hand over what it holds and
+        wait for its commit."""
         self._handlers[kind] = handler
+        if settle is not None:
+            self._settles.append(settle)
 
     def statistics(self) -> TimerStats:
         self._stats.pending = len(self._heap)
+        self._stats.horizon_ms = self._horizon.due_ms if self._horizon is not None else None
         return attrs.evolve(self._stats)
 
     def schedule_nowait(self, deadline: Deadline) -> None:
         """Add a deadline that is already persisted. Never blocks."""
         if deadline in self._known:
             return
+        if self._horizon is not None and deadline > self._horizon:
+            if self._aside is not None:
+                self._aside.append(deadline)
+            return  # the store has it; a refill reads it in time
         self._push(deadline.due_ms, deadline)
 
     def _push(self, fire_at_ms: int, deadline: Deadline) -> None:
@@ -82,12 +133,17 @@ class TimerActor:
             self._known.discard(deadline)
             self._heap = [e for e in self._heap if e[2] != deadline]
             heapq.heapify(self._heap)
+        if self._aside is not None and deadline in self._aside:
+            self._aside.remove(deadline)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        for d in self._store.load_deadlines():
-            self.schedule_nowait(d)
+        await self._refill(first=True)
         task_status.started()
         while True:
+            if len(self._heap) > self._capacity + self._capacity // 2:
+                self._shrink()
+            if self._horizon is not None and len(self._heap) <= self._capacity // 2:
+                await self._refill()
             self._wake = trio.Event()
             if not self._heap:
                 await self._wake.wait()
@@ -99,6 +155,45 @@ class TimerActor:
                     continue
             self._fire_due()
             await trio.lowlevel.checkpoint()
+
+    async def _refill(self, *, first: bool = False) -> None:
+        """Hold the next persisted deadlines after the horizon, up to
+        ``capacity`` (``first``: from the start of the store, whose writes
+        made before the timer started are committed)."""
+        horizon = None if first else self._horizon
+        self._aside = []
+        try:
+            if not first:
+                for fn in self._settles:
+                    try:
+                        await fn()
+                    except SvcError as e:  # the store is closing or failing: its
+                        log.warning("timer refill: %s", e)  # held writes are lost anyway
+            room = min(max(self._capacity - len(self._heap), 1), REFILL_CHUNK)
+            found = self._store.load_deadlines(after=horizon, limit=room + 1)
+            if len(found) > room:
+                found = found[:room]
+                self._horizon = found[-1]
+            else:
+                self._horizon = None
+            for d in found:
+                if d not in self._known:
+                    self._push(d.due_ms, d)
+            aside = self._aside
+        finally:
+            self._aside = None
+        for d in aside:
+            self.schedule_nowait(d)  # held if the new horizon covers it
+        self._stats.refills += 1
+
+    def _shrink(self) -> None:
+        """Keep the earliest ``capacity`` deadlines; the store has the rest."""
+        kept = sorted(self._known, key=_order)[:self._capacity]
+        self._horizon = kept[-1]
+        self._known = set(kept)
+        self._heap = [e for e in self._heap if e[2] in self._known]
+        heapq.heapify(self._heap)
+        self._stats.shrinks += 1
 
     def _fire_due(self) -> None:
         now = self._clock.now_ms()
@@ -119,3 +214,8 @@ class TimerActor:
                 log.exception("deadline handler for %r failed", d.kind)
                 continue
             self._stats.fired += 1
+
+
+def _order(d: Deadline) -> tuple[int, str, str]:
+    """``Deadline``'s own order as a plain tuple: sorting by it is 20 times faster."""
+    return (d.due_ms, d.kind, d.ref)

@@ -145,7 +145,9 @@ class WebhookActor:
 
     async def run(self, attempter: Attempter, *,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self._timer.register(ATTEMPT_DEADLINE, self._on_attempt_deadline)
+        # A retry's deadline is scheduled when its write is held, not yet queued.
+        self._timer.register(ATTEMPT_DEADLINE, self._on_attempt_deadline,
+                             settle=self._writes.settle)
         self._timer.register(PURGE_DEADLINE, self._on_purge_deadline)
         await self._recover()
         async with trio.open_nursery() as nursery:
@@ -168,7 +170,7 @@ class WebhookActor:
         await self._reload()
         now = self._clock.now_ms()
         found = self.tables.open_deliveries()
-        purge_due = not any(d.kind == PURGE_DEADLINE for d in self._store.load_deadlines())
+        purge_due = PURGE_DEADLINE not in self._store.deadline_kinds()
         purge_first = first_purge(now)
 
         def op(txn: lmdb.Transaction) -> None:

@@ -387,8 +387,22 @@ class LmdbStore:
 
     # -- deadlines --------------------------------------------------------------
 
-    def load_deadlines(self) -> list[Deadline]:
-        return [decode(Deadline, v) for _, v in self.scan(b"deadlines", b"")]
+    def load_deadlines(self, *, after: Deadline | None = None,
+                       limit: int | None = None) -> list[Deadline]:
+        """Persisted deadlines in due order (the order of ``Deadline``
+        itself: due ms, kind, ref), those after ``after`` only, at most
+        ``limit``."""
+        start = _deadline_key(after) + b"\x00" if after is not None else None
+        return [decode(Deadline, v)
+                for _, v in self.scan(b"deadlines", b"", start=start, limit=limit)]
+
+    def deadline_kinds(self) -> set[str]:
+        """The kinds of the persisted deadlines, read from their keys alone."""
+        kinds: set[str] = set()
+        with self.read() as txn:
+            for key in txn.cursor(db=self._db[b"deadlines"]).iternext(values=False):
+                kinds.add(bytes(key[8:bytes(key).index(0, 8)]).decode())
+        return kinds
 
     def put_deadline(self, txn: lmdb.Transaction, d: Deadline) -> None:
         """Persist ``d`` inside another op's transaction (same commit as its cause)."""

@@ -187,6 +187,22 @@ async def test_deadlines_persist_in_due_order(store: LmdbStore) -> None:
     assert store.load_deadlines() == [ds[2], ds[0]]
 
 
+async def test_deadlines_read_after_one_in_deadline_order(store: LmdbStore) -> None:
+    # The timer's refill reads "the next ones after the horizon": the store's key
+    # order must be Deadline's order (due ms, kind, ref), ties included.
+    ds = [Deadline(100, "webhook_attempt", "b"), Deadline(100, "webhook", "z"),
+          Deadline(100, "webhook_attempt", "a"), Deadline(99, "z", "z"),
+          Deadline(101, "a", ""), Deadline(100, "webhook_attempt", "a1")]
+    await store.add_deadlines(ds)
+    ordered = sorted(ds)
+    assert store.load_deadlines() == ordered
+    for i, d in enumerate(ordered):
+        assert store.load_deadlines(after=d) == ordered[i + 1:]
+        assert store.load_deadlines(after=d, limit=2) == ordered[i + 1:i + 3]
+    assert store.load_deadlines(after=Deadline(100, "webhook_attempt", "a0")) == ordered[3:]
+    assert store.deadline_kinds() == {"webhook_attempt", "webhook", "z", "a"}
+
+
 async def test_duplicate_creation_is_a_conflict(store: LmdbStore) -> None:
     from svc_engine.plans import Plan
     from svc_engine.records import Organization

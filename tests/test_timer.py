@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
@@ -9,7 +10,7 @@ from actors.clock import TrioWallClock
 from actors.timer import TimerActor
 from storage.lmdb_store import LmdbStore
 from svc_engine.deadlines import Deadline
-from svc_engine.errors import Overloaded
+from svc_engine.errors import InternalError, Overloaded
 
 BASE = 1_790_000_000_000
 DAY = 86_400_000
@@ -120,3 +121,206 @@ async def test_cancelled_deadline_never_fires(
         await trio.sleep(1)
         n.cancel_scope.cancel()
     assert fired == ["b"]
+
+
+# -- memory is bounded: the timer holds about `capacity` deadlines, the store the rest --
+
+def _spread(n: int, *, start: int = 1_000, step: int = 1_000, ref: str = "d") -> list[Deadline]:
+    return [Deadline(BASE + start + i * step, "k", f"{ref}{i:03d}") for i in range(n)]
+
+
+async def _run_until_quiet(timer: TimerActor, seconds: float) -> None:
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        await trio.sleep(seconds)
+        n.cancel_scope.cancel()
+
+
+async def test_a_backlog_larger_than_capacity_fires_in_order_holding_few(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    clock = TrioWallClock(BASE)
+    ds = _spread(40)
+    await store.add_deadlines(ds)
+    timer = TimerActor(store, clock, capacity=4)
+    fired: list[tuple[str, int]] = []
+    held: list[int] = []
+
+    def handler(d: Deadline) -> None:
+        fired.append((d.ref, clock.now_ms()))
+        held.append(timer.statistics().pending)
+
+    timer.register("k", handler)
+    await _run_until_quiet(timer, 60)
+    assert fired == [(d.ref, d.due_ms) for d in ds]
+    assert max(held) <= 4
+    stats = timer.statistics()
+    assert stats.refills >= 40 // 4 and stats.horizon_ms is None and stats.pending == 0
+
+
+async def test_deadlines_scheduled_past_the_horizon_fire_from_the_store(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    clock = TrioWallClock(BASE)
+    first = _spread(10, step=2_000, ref="a")  # 1 s, 3 s, ... 19 s
+    await store.add_deadlines(first)
+    timer = TimerActor(store, clock, capacity=4)
+    fired: list[tuple[str, int]] = []
+    timer.register("k", lambda d: fired.append((d.ref, clock.now_ms())))
+    later = _spread(10, start=2_000, step=2_000, ref="b")  # 2 s, 4 s, ... 20 s
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        assert timer.statistics().horizon_ms == BASE + 7_000  # a003
+        await store.add_deadlines(later)  # persisted, then scheduled: the rule
+        for d in later:
+            timer.schedule_nowait(d)
+        assert timer.statistics().pending == 4 + 3  # b000-b002 are before the horizon
+        await trio.sleep(30)
+        n.cancel_scope.cancel()
+    everything = sorted(first + later)
+    assert fired == [(d.ref, d.due_ms) for d in everything]
+
+
+async def test_a_flood_of_schedules_is_shrunk_to_capacity(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    clock = TrioWallClock(BASE)
+    timer = TimerActor(store, clock, capacity=4)
+    fired: list[str] = []
+    timer.register("k", lambda d: fired.append(d.ref))
+    flood = list(reversed(_spread(30)))  # latest first: each one lands in memory
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        await store.add_deadlines(flood)
+        for d in flood:
+            timer.schedule_nowait(d)
+        await trio.sleep(0.0001)  # the timer runs before the first is due
+        stats = timer.statistics()
+        assert stats.shrinks == 1 and stats.pending == 4
+        assert stats.horizon_ms == BASE + 4_000
+        await trio.sleep(60)
+        n.cancel_scope.cancel()
+    assert fired == [d.ref for d in sorted(flood)]
+
+
+async def test_a_refill_settles_writes_held_by_a_caller_before_reading(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    # A caller like the webhook actor schedules a retry's deadline while its
+    # write is still held; the refill asks it to settle before reading the store.
+    clock = TrioWallClock(BASE)
+    await store.add_deadlines(_spread(6))  # 1 s ... 6 s; capacity 2: horizon at 2 s
+    timer = TimerActor(store, clock, capacity=2)
+    fired: list[str] = []
+    held: list[Deadline] = []
+
+    async def settle() -> None:
+        await store.add_deadlines(held)
+        held.clear()
+
+    timer.register("k", lambda d: fired.append(d.ref), settle=settle)
+    retry = Deadline(BASE + 3_500, "k", "held")
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        held.append(retry)
+        timer.schedule_nowait(retry)  # past the horizon, not in the store yet
+        await trio.sleep(10)
+        n.cancel_scope.cancel()
+    assert fired == ["d000", "d001", "d002", "held", "d003", "d004", "d005"]
+
+
+async def test_without_settle_an_unwritten_deadline_past_the_horizon_is_not_fired(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    # The other side of the rule above: the timer does not hold what is past the
+    # horizon, so a deadline neither persisted nor settled is the caller's bug.
+    clock = TrioWallClock(BASE)
+    await store.add_deadlines(_spread(6))
+    timer = TimerActor(store, clock, capacity=2)
+    fired: list[str] = []
+    timer.register("k", lambda d: fired.append(d.ref))
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        timer.schedule_nowait(Deadline(BASE + 3_500, "k", "never-written"))
+        await trio.sleep(10)
+        n.cancel_scope.cancel()
+    assert fired == ["d000", "d001", "d002", "d003", "d004", "d005"]
+
+
+async def test_deadlines_scheduled_while_a_refill_settles_are_not_lost(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    clock = TrioWallClock(BASE)
+    await store.add_deadlines(_spread(6))  # capacity 2: horizon at 2 s
+    timer = TimerActor(store, clock, capacity=2)
+    fired: list[str] = []
+    during: list[Deadline] = []
+
+    async def settle() -> None:
+        # While the refill waits, another task schedules one past the old horizon
+        # whose write lands only after the refill has read the store (the first
+        # refill only: it is never written here, so the store cannot have it).
+        if not during:
+            d = Deadline(BASE + 2_500, "k", "during")
+            during.append(d)
+            timer.schedule_nowait(d)
+        await trio.sleep(0)
+
+    timer.register("k", lambda d: fired.append(d.ref), settle=settle)
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        await trio.sleep(10)
+        n.cancel_scope.cancel()
+    assert during, "a refill ran"
+    assert fired == ["d000", "d001", "during", "d002", "d003", "d004", "d005"]
+
+
+async def test_a_restart_reads_only_the_earliest_deadlines(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    clock = TrioWallClock(BASE)
+    await store.add_deadlines(_spread(1_000))
+    timer = TimerActor(store, clock, capacity=10)
+    timer.register("k", lambda d: None)
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        stats = timer.statistics()
+        assert stats.pending == 10 and stats.horizon_ms == BASE + 10_000
+        n.cancel_scope.cancel()
+
+
+async def test_refills_read_the_store_in_chunks(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A refill step reads at most REFILL_CHUNK, so the event loop is never held
+    # for a long scan; what is due fires between steps.
+    monkeypatch.setattr("actors.timer.REFILL_CHUNK", 3)
+    clock = TrioWallClock(BASE)
+    ds = _spread(40, step=10)
+    await store.add_deadlines(ds)
+    limits: list[int | None] = []
+
+    class Recording:
+        def load_deadlines(self, *, after: Deadline | None = None,
+                           limit: int | None = None) -> list[Deadline]:
+            limits.append(limit)
+            return store.load_deadlines(after=after, limit=limit)
+
+    timer = TimerActor(Recording(), clock, capacity=10)
+    fired: list[tuple[str, int]] = []
+    timer.register("k", lambda d: fired.append((d.ref, clock.now_ms())))
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        assert timer.statistics().pending < 10  # started before reading to capacity
+        await trio.sleep(5)
+        n.cancel_scope.cancel()
+    assert fired == [(d.ref, d.due_ms) for d in ds]
+    assert len(limits) >= 40 // 3 and all(n is not None and n <= 3 + 1 for n in limits)
+
+
+async def test_a_settle_that_fails_does_not_stop_the_timer(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    clock = TrioWallClock(BASE)
+    await store.add_deadlines(_spread(6))
+    timer = TimerActor(store, clock, capacity=2)
+    fired: list[str] = []
+
+    async def settle() -> None:
+        raise InternalError("the store is closing")
+
+    timer.register("k", lambda d: fired.append(d.ref), settle=settle)
+    await _run_until_quiet(timer, 10)
+    assert fired == [f"d{i:03d}" for i in range(6)]

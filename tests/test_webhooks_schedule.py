@@ -393,3 +393,31 @@ async def test_at_most_8_attempts_in_flight_per_endpoint(
     assert most[0] == 8 and len(receiver.hits) == 20
     assert sorted({t - t0 for t in receiver.times()}) == [0, 5_000, 10_000]
     assert all(_one(app, e.id).status is DeliveryStatus.DELIVERED for e in events)
+
+
+async def test_retries_keep_their_schedule_when_the_timer_holds_two_deadlines(
+        store: LmdbStore, wconfig: Config, ca: tuple[trustme.CA, str],
+        autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every retry's deadline but the earliest two waits in the store only
+    # (actors/timer.py): refills read them back in time, so none is late or
+    # lost. (A refill's settling of the actor's held writes is tested on the
+    # timer itself, tests/test_timer.py: here writes commit long before.)
+    monkeypatch.setattr("actors.timer.CAPACITY", 2)
+    clock = TrioWallClock()
+    async with running_receiver(ca[0], clock) as receiver, \
+            running_app(store, wconfig, clock) as app:
+        receiver.respond = status(500)
+        await add_endpoint(app, receiver.url)
+        starts: dict[str, int] = {}
+        for i in range(12):  # two bursts: attempts, reports and refills interleave
+            await _until(clock, clock.now_ms() + (7_000 if i == 6 else 1))
+            event = await emit(app, "click")
+            starts[event.id] = clock.now_ms()
+        await _until(clock, max(starts.values()) + 2 * DAY)
+        stats = app.services.timer.statistics()
+        assert stats.refills > 6 and stats.pending <= 3
+        for event_id, t0 in starts.items():
+            d = _one(app, event_id)
+            assert d.status is DeliveryStatus.FAILED
+            assert [a.started_at_ms - t0 for a in d.attempts] == SCHEDULE
+    assert len(receiver.hits) == 12 * len(SCHEDULE)
