@@ -82,6 +82,7 @@ from svc_engine.webhook_steps import FanOut, apply_answer, fan_out
 
 log = logging.getLogger("svc.webhooks")
 OUTBOX_BATCH = 256
+RECOVER_PAGE = 1_000  # open deliveries read and re-armed per write at start and on turn-on
 MAILBOX_CAPACITY = 8192
 
 
@@ -166,29 +167,37 @@ class WebhookActor:
         self._endpoints = {e.id: e for e in self.tables.all_endpoints()}
 
     async def _recover(self) -> None:
-        """Load endpoints; settle interrupted attempts; re-arm waiting deliveries."""
+        """Load endpoints; settle interrupted attempts; re-arm waiting
+        deliveries (a page at a time: a backlog of open deliveries is never
+        all in memory, nor one huge transaction)."""
         await self._reload()
         now = self._clock.now_ms()
-        found = self.tables.open_deliveries()
-        purge_due = PURGE_DEADLINE not in self._store.deadline_kinds()
-        purge_first = first_purge(now)
+        if PURGE_DEADLINE not in self._store.deadline_kinds():
+            first = first_purge(now)
+            await self._writes.write(lambda txn: self._store.put_deadline(txn, first))
+        recovered = 0
+        after: bytes | None = None
+        while True:
+            found, after = self.tables.open_deliveries_page(after, RECOVER_PAGE)
 
-        def op(txn: lmdb.Transaction) -> None:
-            for d in found:
-                endpoint = self._endpoints.get(d.endpoint_id)
-                if endpoint is None:
-                    continue
-                settled = deliveries.requeue_interrupted(d, now)
-                if settled != d:
-                    self.tables.save_delivery(txn, d, settled)
-                elif not endpoint.is_off and (deadline := attempt_deadline(d)) is not None:
-                    self._store.put_deadline(txn, deadline)
-            if purge_due:
-                self._store.put_deadline(txn, purge_first)
+            def op(txn: lmdb.Transaction, found: list[Delivery] = found) -> None:
+                for d in found:
+                    endpoint = self._endpoints.get(d.endpoint_id)
+                    if endpoint is None:
+                        continue
+                    settled = deliveries.requeue_interrupted(d, now)
+                    if settled != d:
+                        self.tables.save_delivery(txn, d, settled)
+                    elif not endpoint.is_off and (deadline := attempt_deadline(d)) is not None:
+                        self._store.put_deadline(txn, deadline)
 
-        await self._writes.write(op)
-        if found:
-            log.info("webhooks: %d open deliveries recovered", len(found))
+            if found:
+                await self._writes.write(op)
+                recovered += len(found)
+            if after is None:
+                break
+        if recovered:
+            log.info("webhooks: %d open deliveries recovered", recovered)
 
     # -- dispatch (outbox -> deliveries) ---------------------------------------------
 
@@ -291,13 +300,18 @@ class WebhookActor:
     async def rearm(self, endpoint: Endpoint) -> None:
         """Give every waiting delivery of a (newly turned on) endpoint its deadline back."""
         await self._writes.settle()  # the scan reads committed states
-        waiting = [d for d in self.tables.open_deliveries(endpoint.id)
-                   if d.status in WAITING and not self._queue.is_busy(d.id)]
-        deadlines = [dl for d in waiting if (dl := attempt_deadline(d)) is not None]
-        if deadlines:
-            await self._store.add_deadlines(deadlines)
-            for dl in deadlines:
-                self._timer.schedule_nowait(dl)
+        after: bytes | None = None
+        while True:
+            found, after = self.tables.open_deliveries_page(after, RECOVER_PAGE, endpoint.id)
+            deadlines = [dl for d in found
+                         if d.status in WAITING and not self._queue.is_busy(d.id)
+                         and (dl := attempt_deadline(d)) is not None]
+            if deadlines:
+                await self._store.add_deadlines(deadlines)
+                for dl in deadlines:
+                    self._timer.schedule_nowait(dl)
+            if after is None:
+                break
 
     # -- ready -> sending -> reported -------------------------------------------------
 

@@ -148,6 +148,32 @@ class WebhookStore:
                     out.append(decode(Delivery, bytes(raw)))
         return out
 
+    def open_deliveries_page(self, after: bytes | None, limit: int,
+                             endpoint_id: str | None = None
+                             ) -> tuple[list[Delivery], bytes | None]:
+        """Like ``open_deliveries``, a page at a time: at most ``limit`` index
+        entries after the entry ``after`` (None: from the first), and the
+        entry to go on from (None when there are no more)."""
+        prefix = layout.uid(endpoint_id) if endpoint_id is not None else b""
+        out: list[Delivery] = []
+        last: bytes | None = None
+        with self.store.read() as txn:
+            cur = txn.cursor(db=self._open)
+            ok = cur.set_range(after + b"\x00" if after is not None else prefix)
+            taken = 0
+            while ok:
+                key = bytes(cur.key())
+                if not key.startswith(prefix):
+                    break
+                if taken == limit:
+                    return out, last
+                taken, last = taken + 1, key
+                raw = txn.get(key[16:32], db=self._deliveries)
+                if raw is not None:
+                    out.append(decode(Delivery, bytes(raw)))
+                ok = cur.next()
+        return out, None
+
     def recent(self, project_id: str, mode: Mode, *, endpoint_id: str | None = None,
                status: DeliveryStatus | None = None, limit: int = 50) -> list[Delivery]:
         """The newest deliveries of a mode, optionally of one endpoint or status."""

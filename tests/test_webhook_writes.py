@@ -204,3 +204,26 @@ async def test_forgetting_an_attempt_in_flight_shows_the_store_again(
     assert owner.tables.delivery(d.id) == sending
     owner.writes.forget(sending)
     assert owner.tables.delivery(d.id) == d
+
+
+async def test_open_deliveries_read_a_page_at_a_time(store: LmdbStore) -> None:
+    owner = Owner(store)
+    other = "7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d"
+    mine = [_delivery(n) for n in range(1, 8)]
+    theirs = [wd.new_delivery(wd.new_delivery_id(T0 + n, bytes(10)), other,
+                              f"{n:08d}-0000-4000-8000-000000000001", "click", Mode.LIVE, T0 + n)
+              for n in range(1, 3)]
+    await _seed(owner, *mine, *theirs)
+    for endpoint_id in (None, ENDPOINT, other):
+        pages: list[list[Delivery]] = []
+        after: bytes | None = None
+        while True:
+            page, after = owner.tables.open_deliveries_page(after, 3, endpoint_id)
+            pages.append(page)
+            if after is None:
+                break
+        assert [d for p in pages for d in p] == owner.tables.open_deliveries(endpoint_id)
+        assert all(len(p) <= 3 for p in pages)
+    assert len(owner.tables.open_deliveries(ENDPOINT)) == 7
+    page, after = owner.tables.open_deliveries_page(None, 7, ENDPOINT)
+    assert len(page) == 7 and after is None  # exactly a page: no empty page after it

@@ -421,3 +421,34 @@ async def test_retries_keep_their_schedule_when_the_timer_holds_two_deadlines(
             assert d.status is DeliveryStatus.FAILED
             assert [a.started_at_ms - t0 for a in d.attempts] == SCHEDULE
     assert len(receiver.hits) == 12 * len(SCHEDULE)
+
+
+async def test_a_restart_rearms_open_deliveries_a_page_at_a_time(
+        store: LmdbStore, wconfig: Config, ca: tuple[trustme.CA, str],
+        autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("actors.webhooks.RECOVER_PAGE", 2)
+    clock = TrioWallClock()
+    async with running_receiver(ca[0], clock) as receiver:
+        receiver.respond = status(500)
+        async with running_app(store, wconfig, clock) as app:
+            await add_endpoint(app, receiver.url)
+            t0 = clock.now_ms()
+            events = []
+            for _ in range(5):
+                events.append(await emit(app, "click"))
+                await _until(clock, clock.now_ms() + 1_000)
+            await _until(clock, t0 + 2 * MIN)  # each tried at once and after 1 min
+            keys: dict[str, Any] = app.keys
+        assert len(receiver.hits) == 10
+        # Down over the 6-minute retries; once back, each of the 5 (read two
+        # at a time) is retried at once, then on its schedule again.
+        await _until(clock, t0 + 10 * MIN)
+        async with running_app(store, wconfig, clock) as again:
+            again.keys = keys
+            await _until(clock, t0 + 2 * DAY)
+            found = [_one(again, e.id) for e in events]
+    for d in found:
+        t1 = d.attempts[0].started_at_ms
+        assert [a.started_at_ms - t1 for a in d.attempts[:2]] == [0, MIN]
+        assert d.attempts[2].started_at_ms == t0 + 10 * MIN
+        assert d.status is DeliveryStatus.FAILED and len(d.attempts) == 7
