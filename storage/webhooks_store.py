@@ -36,6 +36,7 @@ back to an older state. The scans the actor uses itself (``open_deliveries``,
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -139,19 +140,12 @@ class WebhookStore:
     def open_deliveries(self, endpoint_id: str | None = None) -> list[Delivery]:
         """Queued, Sending and Retrying deliveries (of one endpoint, or all), as
         committed."""
-        prefix = layout.uid(endpoint_id) if endpoint_id is not None else b""
-        out: list[Delivery] = []
-        with self.store.read() as txn:
-            for key in _forward_keys(txn, self._open, prefix):
-                raw = txn.get(key[16:32], db=self._deliveries)
-                if raw is not None:
-                    out.append(decode(Delivery, bytes(raw)))
-        return out
+        return self.open_deliveries_page(None, sys.maxsize, endpoint_id)[0]
 
     def open_deliveries_page(self, after: bytes | None, limit: int,
                              endpoint_id: str | None = None
                              ) -> tuple[list[Delivery], bytes | None]:
-        """Like ``open_deliveries``, a page at a time: at most ``limit`` index
+        """``open_deliveries`` a page at a time: at most ``limit`` index
         entries after the entry ``after`` (None: from the first), and the
         entry to go on from (None when there are no more)."""
         prefix = layout.uid(endpoint_id) if endpoint_id is not None else b""

@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from actors.clock import TrioWallClock
-from actors.timer import TimerActor
+from actors.timer import Settle, TimerActor
 from storage.lmdb_store import LmdbStore
 from svc_engine.deadlines import Deadline
 from svc_engine.errors import InternalError, Overloaded
@@ -200,21 +200,31 @@ async def test_a_flood_of_schedules_is_shrunk_to_capacity(
     assert fired == [d.ref for d in sorted(flood)]
 
 
+async def _two_held_of_six(store: LmdbStore, settle: Settle | None = None,
+                           ) -> tuple[TimerActor, list[str]]:
+    """Deadlines d000-d005 due at 1-6 s, a timer holding 2 (horizon at 2 s), and
+    the refs it fires, in order."""
+    await store.add_deadlines(_spread(6))
+    timer = TimerActor(store, TrioWallClock(BASE), capacity=2)
+    fired: list[str] = []
+    timer.register("k", lambda d: fired.append(d.ref), settle=settle)
+    return timer, fired
+
+
+SIX = [f"d{i:03d}" for i in range(6)]
+
+
 async def test_a_refill_settles_writes_held_by_a_caller_before_reading(
         store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
     # A caller like the webhook actor schedules a retry's deadline while its
     # write is still held; the refill asks it to settle before reading the store.
-    clock = TrioWallClock(BASE)
-    await store.add_deadlines(_spread(6))  # 1 s ... 6 s; capacity 2: horizon at 2 s
-    timer = TimerActor(store, clock, capacity=2)
-    fired: list[str] = []
     held: list[Deadline] = []
 
     async def settle() -> None:
         await store.add_deadlines(held)
         held.clear()
 
-    timer.register("k", lambda d: fired.append(d.ref), settle=settle)
+    timer, fired = await _two_held_of_six(store, settle)
     retry = Deadline(BASE + 3_500, "k", "held")
     async with trio.open_nursery() as n:
         await n.start(timer.run)
@@ -229,25 +239,17 @@ async def test_without_settle_an_unwritten_deadline_past_the_horizon_is_not_fire
         store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
     # The other side of the rule above: the timer does not hold what is past the
     # horizon, so a deadline neither persisted nor settled is the caller's bug.
-    clock = TrioWallClock(BASE)
-    await store.add_deadlines(_spread(6))
-    timer = TimerActor(store, clock, capacity=2)
-    fired: list[str] = []
-    timer.register("k", lambda d: fired.append(d.ref))
+    timer, fired = await _two_held_of_six(store)
     async with trio.open_nursery() as n:
         await n.start(timer.run)
         timer.schedule_nowait(Deadline(BASE + 3_500, "k", "never-written"))
         await trio.sleep(10)
         n.cancel_scope.cancel()
-    assert fired == ["d000", "d001", "d002", "d003", "d004", "d005"]
+    assert fired == SIX
 
 
 async def test_deadlines_scheduled_while_a_refill_settles_are_not_lost(
         store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
-    clock = TrioWallClock(BASE)
-    await store.add_deadlines(_spread(6))  # capacity 2: horizon at 2 s
-    timer = TimerActor(store, clock, capacity=2)
-    fired: list[str] = []
     during: list[Deadline] = []
 
     async def settle() -> None:
@@ -255,18 +257,24 @@ async def test_deadlines_scheduled_while_a_refill_settles_are_not_lost(
         # whose write lands only after the refill has read the store (the first
         # refill only: it is never written here, so the store cannot have it).
         if not during:
-            d = Deadline(BASE + 2_500, "k", "during")
-            during.append(d)
-            timer.schedule_nowait(d)
+            during.append(Deadline(BASE + 2_500, "k", "during"))
+            timer.schedule_nowait(during[0])
         await trio.sleep(0)
 
-    timer.register("k", lambda d: fired.append(d.ref), settle=settle)
-    async with trio.open_nursery() as n:
-        await n.start(timer.run)
-        await trio.sleep(10)
-        n.cancel_scope.cancel()
+    timer, fired = await _two_held_of_six(store, settle)
+    await _run_until_quiet(timer, 10)
     assert during, "a refill ran"
     assert fired == ["d000", "d001", "during", "d002", "d003", "d004", "d005"]
+
+
+async def test_a_settle_that_fails_does_not_stop_the_timer(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    async def settle() -> None:
+        raise InternalError("the store is closing")
+
+    timer, fired = await _two_held_of_six(store, settle)
+    await _run_until_quiet(timer, 10)
+    assert fired == SIX
 
 
 async def test_a_restart_reads_only_the_earliest_deadlines(
@@ -309,18 +317,3 @@ async def test_refills_read_the_store_in_chunks(
         n.cancel_scope.cancel()
     assert fired == [(d.ref, d.due_ms) for d in ds]
     assert len(limits) >= 40 // 3 and all(n is not None and n <= 3 + 1 for n in limits)
-
-
-async def test_a_settle_that_fails_does_not_stop_the_timer(
-        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
-    clock = TrioWallClock(BASE)
-    await store.add_deadlines(_spread(6))
-    timer = TimerActor(store, clock, capacity=2)
-    fired: list[str] = []
-
-    async def settle() -> None:
-        raise InternalError("the store is closing")
-
-    timer.register("k", lambda d: fired.append(d.ref), settle=settle)
-    await _run_until_quiet(timer, 10)
-    assert fired == [f"d{i:03d}" for i in range(6)]

@@ -16,6 +16,7 @@ import trustme
 
 from actors.clock import TrioWallClock
 from storage.lmdb_store import LmdbStore
+from storage.webhooks_store import ATTEMPT_DEADLINE
 from svc_engine.config import Config
 from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.plans import Plan
@@ -315,29 +316,42 @@ async def test_history_is_purged_after_30_days(
 
 async def test_retries_survive_a_restart(store: LmdbStore, wconfig: Config,
                                          ca: tuple[trustme.CA, str],
-                                         autojump_clock: trio.testing.MockClock) -> None:
+                                         autojump_clock: trio.testing.MockClock,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Five deliveries; the restart re-arms them two per write (RECOVER_PAGE).
+    monkeypatch.setattr("actors.webhooks.RECOVER_PAGE", 2)
     clock = TrioWallClock()
     async with running_receiver(ca[0], clock) as receiver:
         receiver.respond = status(500)
         async with running_app(store, wconfig, clock) as app:
             await add_endpoint(app, receiver.url)
             t0 = clock.now_ms()
-            event = await emit(app, "click")
+            events = []
+            for i in range(5):
+                await _until(clock, t0 + i * 1_000)
+                events.append(await emit(app, "click"))
             await _until(clock, t0 + 2 * MIN)  # attempts at 0 and 1 min; next at 6 min
             keys: dict[str, Any] = app.keys
-        assert len(receiver.hits) == 2
-        await _until(clock, t0 + 10 * MIN)  # down over the 6-minute retry
-        assert len(receiver.hits) == 2
+        assert len(receiver.hits) == 10
+        await _until(clock, t0 + 10 * MIN)  # down over the 6-minute retries
+        assert len(receiver.hits) == 10
+        # Without their deadlines (as deliveries parked for a lapsed plan, or
+        # written by an older version): the restart gives each one back.
+        for d in store.load_deadlines():
+            if d.kind == ATTEMPT_DEADLINE:
+                await store.remove_deadline(d)
         async with running_app(store, wconfig, clock) as again:
             again.keys = keys
             await _settle()
-            assert [t - t0 for t in receiver.times()] == [0, MIN, 10 * MIN]  # overdue: at once
+            assert len(receiver.hits) == 15  # overdue: each at once
             await _until(clock, t0 + 2 * DAY)
-        d = _one(again, event.id)
-    offsets = [t - t0 for t in receiver.times()]
-    assert offsets == [0, MIN, 10 * MIN, 40 * MIN, 2 * HOUR + 40 * MIN,
-                       8 * HOUR + 40 * MIN, 20 * HOUR + 40 * MIN]
-    assert d.status is DeliveryStatus.FAILED and set(receiver.ids()) == {d.id}
+        found = [_one(again, e.id) for e in events]
+    for i, d in enumerate(found):
+        offsets = [a.started_at_ms - t0 for a in d.attempts]
+        assert offsets == [i * 1_000, MIN + i * 1_000, 10 * MIN, 40 * MIN, 2 * HOUR + 40 * MIN,
+                           8 * HOUR + 40 * MIN, 20 * HOUR + 40 * MIN]
+        assert d.status is DeliveryStatus.FAILED
+    assert len(set(receiver.ids())) == 5 and len(receiver.hits) == 5 * 7
 
 
 async def test_a_missed_wake_up_costs_at_most_a_minute(
@@ -421,34 +435,3 @@ async def test_retries_keep_their_schedule_when_the_timer_holds_two_deadlines(
             assert d.status is DeliveryStatus.FAILED
             assert [a.started_at_ms - t0 for a in d.attempts] == SCHEDULE
     assert len(receiver.hits) == 12 * len(SCHEDULE)
-
-
-async def test_a_restart_rearms_open_deliveries_a_page_at_a_time(
-        store: LmdbStore, wconfig: Config, ca: tuple[trustme.CA, str],
-        autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("actors.webhooks.RECOVER_PAGE", 2)
-    clock = TrioWallClock()
-    async with running_receiver(ca[0], clock) as receiver:
-        receiver.respond = status(500)
-        async with running_app(store, wconfig, clock) as app:
-            await add_endpoint(app, receiver.url)
-            t0 = clock.now_ms()
-            events = []
-            for _ in range(5):
-                events.append(await emit(app, "click"))
-                await _until(clock, clock.now_ms() + 1_000)
-            await _until(clock, t0 + 2 * MIN)  # each tried at once and after 1 min
-            keys: dict[str, Any] = app.keys
-        assert len(receiver.hits) == 10
-        # Down over the 6-minute retries; once back, each of the 5 (read two
-        # at a time) is retried at once, then on its schedule again.
-        await _until(clock, t0 + 10 * MIN)
-        async with running_app(store, wconfig, clock) as again:
-            again.keys = keys
-            await _until(clock, t0 + 2 * DAY)
-            found = [_one(again, e.id) for e in events]
-    for d in found:
-        t1 = d.attempts[0].started_at_ms
-        assert [a.started_at_ms - t1 for a in d.attempts[:2]] == [0, MIN]
-        assert d.attempts[2].started_at_ms == t0 + 10 * MIN
-        assert d.status is DeliveryStatus.FAILED and len(d.attempts) == 7
