@@ -31,7 +31,7 @@ _TARGET = re.compile(rb"[\x21-\x7e]+")
 _NOT_VALUE = re.compile(rb"[^\x21-\x7e\x80-\xff \t]")
 _DIGITS = re.compile(rb"[0-9]{1,18}")
 _VERSIONS = {b"HTTP/1.1": b"1.1", b"HTTP/1.0": b"1.0"}
-# The ASGI scope extension under which web/server.py hands over a request
+# The ASGI scope extension under which web/connection.py hands over a request
 # body that arrived whole with its head (read by web/http.py).
 BODY_EXTENSION = "svc.body"
 

@@ -1,0 +1,464 @@
+"""One client connection of the HTTP/1.1 server (web/server.py): its
+requests read, handed to the ASGI application and answered.
+
+Theory of operation, per connection (the server has accepted it, refused it
+when over capacity and done the TLS handshake):
+
+1. Waiting for a request's head (idle keep-alive, or headers dripping in) is
+   bounded by ``keep_alive_s``; past it the connection is closed (slowloris).
+   A head over ``max_header_bytes`` or a malformed request is answered with
+   the 4xx h11 suggests and the connection is closed.
+2. While the server sheds load, the request is answered ``503 overloaded``
+   at once and the connection kept.
+3. The application reads the body through ``receive`` (the request-body
+   deadline is the front's, web/http.py) and answers through ``send``; the
+   head and a body that arrives with it go out in one write.
+4. If the client's body was not read to the end, or either side asked to
+   close, the connection closes (after a bounded drain); otherwise the next
+   request is read from the same connection.
+
+Request heads in the common form (CRLF lines, ``content-length`` or no
+body) are parsed by web/request_head.py and their bodies read here; any
+other head (chunked, ``100-continue``, malformed) goes to a fresh
+``h11.Connection`` fed the buffered bytes, which parses that request and
+hands back what follows it. The responses are written here
+(``Connection._head``): h11's response side (event objects, header
+validation by regular expressions, its state machine) was half of its cost
+per request, and the application's responses are few and known. The framing
+rules h11 applied are kept: ``content-length`` when the application gives
+one, else chunked (HTTP/1.1) or until close (HTTP/1.0); no body for HEAD,
+1xx, 204 and 304; ``connection: close`` when the connection will close; a
+header name or value holding CR, LF or NUL is refused (500) rather than
+written. With h11 not told of the response, a request h11 parses gets an
+``h11.Connection`` of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import h11
+import orjson
+import trio
+
+from web.request_head import BODY_EXTENSION, Head, head_end, parse_head
+
+if TYPE_CHECKING:
+    from web.server import HttpServer
+
+log = logging.getLogger("svc.server")
+Scope = dict[str, Any]
+Message = dict[str, Any]
+AsgiApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
+                   Awaitable[None]]
+
+RECEIVE_SIZE = 65536
+DRAIN_LIMIT = 1 << 20
+ASGI = {"version": "3.0", "spec_version": "2.3"}
+CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+
+def refusal(status: int, code: str, message: str, *, retry_after: bool = False) -> bytes:
+    """A complete ``connection: close`` answer for when no request can be
+    handed to the application (too many connections, a malformed request)."""
+    body = orjson.dumps({"error": {"code": code, "message": message}})
+    head = (f"HTTP/1.1 {status} {_REASONS.get(status, b'').decode()}\r\n"
+            "content-type: application/json\r\n"
+            + ("retry-after: 1\r\n" if retry_after else "")
+            + f"connection: close\r\ncontent-length: {len(body)}\r\n\r\n")
+    return head.encode() + body
+
+
+_SHED_BODY = orjson.dumps({"error": {"code": "overloaded",
+                                     "message": "the service is at capacity; retry shortly"}})
+_SHED = [(b"content-type", b"application/json"), (b"retry-after", b"1"),
+         (b"content-length", str(len(_SHED_BODY)).encode())]
+_INTERNAL = b'{"error":{"code":"internal_error","message":"internal error; it has been logged"}}'
+
+
+class Connection:
+    """One client connection: the bytes read ahead, the current request's
+    body state (``body_left``, or ``h11`` for a request h11 parses) and its
+    ASGI bridge."""
+
+    def __init__(self, server: HttpServer, stream: trio.abc.Stream,
+                 client: tuple[str, int] | None, addr: tuple[str, int] | None) -> None:
+        self.server = server
+        self.stream = stream
+        # read, not yet parsed (a bytearray: taking from its front is O(1))
+        self.pending = bytearray()
+        self.eof = False  # the client closed its side
+        self.h11: h11.Connection | None = None
+        self.body_left = 0
+        self.client = client
+        self.addr = addr
+        self.limit = server.settings.max_header_bytes
+        self.idle: trio.CancelScope | None = None
+        self.head = False
+        self.keep_alive = True
+        self.http10 = False
+        self.started: tuple[int, list[tuple[bytes, bytes]]] | None = None
+        self.chunked = False
+        self.complete = False
+        self.body_done = False
+        self.response_sent: trio.Event | None = None
+
+    def _new_h11(self) -> h11.Connection:
+        return h11.Connection(h11.SERVER,
+                              max_incomplete_event_size=self.server.settings.max_header_bytes)
+
+    def shutdown(self) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
+
+    async def _next_head(self) -> Head | None:
+        """The next request's head (``None``: the client closed); h11's
+        RemoteProtocolError for a malformed one."""
+        while True:
+            end = head_end(self.pending)
+            if end > 0:
+                head = parse_head(bytes(self.pending[:end]))
+                if head is None:
+                    return await self._h11_head()
+                if end > self.limit:
+                    self._check_size(head)
+                del self.pending[:end]
+                self.body_left = head.content_length
+                return head
+            if end == 0 or len(self.pending) > self.limit:
+                return await self._h11_head()  # h11 refuses it (400, 431)
+            if self.eof:
+                return await self._h11_head() if self.pending else None
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+            if data:
+                self.pending += data
+            else:
+                self.eof = True
+
+    async def _h11_head(self) -> Head | None:
+        """Hand the buffered bytes to h11 for this request."""
+        self.h11 = conn = self._new_h11()
+        if self.pending:
+            conn.receive_data(bytes(self.pending))
+            self.pending.clear()
+        if self.eof:
+            conn.receive_data(b"")
+        event = await self._next_event(conn)
+        if not isinstance(event, h11.Request):
+            return None
+        # h11's Headers iterate slowly: listed once per request
+        head = Head(event.method, event.target, event.http_version, list(event.headers), -1)
+        self._check_size(head)
+        return head
+
+    def _check_size(self, head: Head) -> None:
+        """h11 bounds only a head still incomplete; one that arrived whole
+        in a single read is measured here (names and values, as h11 counts)."""
+        if sum(len(k) + len(v) for k, v in head.headers) > self.limit:
+            raise h11.RemoteProtocolError("head too large", error_status_hint=431)
+
+    async def _next_event(self, conn: h11.Connection) -> Any:
+        while True:
+            event = conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            conn.receive_data(bytes(await self.stream.receive_some(RECEIVE_SIZE)))
+
+    async def run(self) -> None:
+        server = self.server
+        while not server.closing:
+            with trio.move_on_after(server.settings.keep_alive_s) as idle:
+                self.idle = idle
+                self.h11 = None
+                try:
+                    head = await self._next_head()
+                except h11.RemoteProtocolError as e:
+                    await self._reject(e)
+                    return
+                except CLOSED:
+                    return
+                finally:
+                    self.idle = None
+            if idle.cancelled_caught or head is None:
+                return  # idle too long, headers too slow, closed, or shutting down
+            self._begin(head)
+            if server.shedding:
+                if not await self._shed():
+                    return
+            elif not await self._respond(head):
+                return
+            if not self._skip_buffered_body():
+                await self._drain_and_close()
+                return
+            if not self.keep_alive:
+                return
+
+    def _begin(self, head: Head) -> None:
+        """A request starts: whether the connection can carry another one
+        after it (h11's rule: HTTP/1.1 without ``connection: close``)."""
+        self.head = head.method == b"HEAD"
+        self.http10 = head.http_version != b"1.1"
+        self.keep_alive = not self.http10 and not _says_close(head.headers)
+        self.started = None
+        self.chunked = False
+        self.complete = False
+        self.body_done = False
+        self.response_sent = None
+
+    def _skip_buffered_body(self) -> bool:
+        """The response is out: consume what is buffered of a body the
+        application did not read, without waiting, and take back from h11
+        the bytes after its request. False when the body is not all here
+        (the connection then closes after a bounded drain)."""
+        conn = self.h11
+        if conn is None:
+            skip = min(self.body_left, len(self.pending))
+            if skip:
+                del self.pending[:skip]
+                self.body_left -= skip
+            return self.body_left == 0
+        try:
+            while type(conn.next_event()) is h11.Data:
+                pass
+        except h11.RemoteProtocolError:
+            pass
+        if conn.their_state is h11.SEND_BODY:
+            return False
+        if conn.their_state is h11.DONE:
+            data, self.eof = conn.trailing_data
+            self.pending = bytearray(data)
+        else:
+            self.keep_alive = False  # h11 saw the client close, or must close
+        return True
+
+    async def _reject(self, error: h11.RemoteProtocolError) -> None:
+        if error.error_status_hint == 431:
+            answer = refusal(431, "payload_too_large", "the request head is too large")
+        else:
+            answer = refusal(400, "bad_request", "malformed HTTP request")
+        await refuse(self.stream, answer)
+
+    async def _shed(self) -> bool:
+        self.server.shed += 1
+        try:
+            await self._send({"type": "http.response.start", "status": 503,
+                              "headers": list(_SHED)})
+            await self._send({"type": "http.response.body", "body": _SHED_BODY})
+        except CLOSED:
+            return False
+        return True
+
+    async def _respond(self, head: Head) -> bool:
+        """Run the application for one request; False when the connection
+        cannot carry another one."""
+        scope = self._scope(head)
+        if scope is None:
+            await refuse(self.stream, refusal(400, "bad_request", "malformed request target"))
+            return False
+        try:
+            await self.server.app(scope, self._receive, self._send)
+        except CLOSED:
+            return False
+        except Exception:
+            log.exception("the application failed on %s %s", scope["method"], scope["path"])
+            if self.started is not None or self.complete:
+                return False
+            try:
+                await self._send({"type": "http.response.start", "status": 500,
+                                  "headers": [(b"content-type", b"application/json")]})
+                await self._send({"type": "http.response.body", "body": _INTERNAL})
+            except (*CLOSED, ValueError):
+                return False
+        return self.complete  # False: the application ended without a whole response
+
+    def _scope(self, head: Head) -> Scope | None:
+        target = head.target
+        if not target.startswith(b"/"):
+            if target == b"*":
+                target = b"/"
+            else:  # absolute form: keep the path and query
+                scheme_end = target.find(b"://")
+                slash = target.find(b"/", scheme_end + 3) if scheme_end > 0 else -1
+                if slash < 0:
+                    return None
+                target = target[slash:]
+        raw_path, _, query = target.partition(b"?")
+        try:
+            path = unquote(raw_path.decode("ascii"), errors="strict")
+        except UnicodeDecodeError:
+            return None
+        return {
+            "type": "http", "asgi": ASGI,
+            "http_version": "1.1" if head.http_version == b"1.1" else "1.0",
+            "method": head.method.decode("ascii"), "scheme": self.server.scheme,
+            "path": path, "raw_path": raw_path, "query_string": query, "root_path": "",
+            "headers": head.headers, "client": self.client, "server": self.addr,
+            "extensions": self._extensions(),
+        }
+
+    def _extensions(self) -> dict[str, Any]:
+        """``svc.body``: the whole request body, when it arrived with the head
+        (web/http.py then reads it without waiting; ``receive`` still hands it
+        over to an application that asks, and an unread body is skipped)."""
+        if self.h11 is None and len(self.pending) >= self.body_left:
+            return {BODY_EXTENSION: bytes(self.pending[:self.body_left])}
+        return {}
+
+    async def _receive(self) -> Message:
+        if self.body_done:  # a framework watching for the client to go away
+            if self.complete:
+                return {"type": "http.disconnect"}
+            if self.response_sent is None:
+                self.response_sent = trio.Event()
+            await self.response_sent.wait()
+            return {"type": "http.disconnect"}
+        conn = self.h11
+        if conn is None:
+            return await self._receive_counted()
+        if conn.they_are_waiting_for_100_continue:
+            await self.stream.send_all(
+                conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+        chunks: list[bytes] = []
+        try:
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    if chunks:
+                        break
+                    conn.receive_data(bytes(await self.stream.receive_some(RECEIVE_SIZE)))
+                elif type(event) is h11.Data:
+                    chunks.append(bytes(event.data))
+                elif type(event) is h11.EndOfMessage:
+                    self.body_done = True
+                    break
+                else:  # ConnectionClosed or PAUSED: the body ended early
+                    return self._disconnect()
+        except (*CLOSED, h11.RemoteProtocolError):
+            return self._disconnect()
+        return {"type": "http.request", "body": b"".join(chunks),
+                "more_body": not self.body_done}
+
+    async def _receive_counted(self) -> Message:
+        """The next piece of a ``content-length`` body: what is buffered, else
+        one read."""
+        if self.body_left and not self.pending:
+            if self.eof:
+                return self._disconnect()
+            try:
+                data = await self.stream.receive_some(RECEIVE_SIZE)
+            except CLOSED:
+                return self._disconnect()
+            if not data:
+                self.eof = True
+                return self._disconnect()
+            self.pending += data
+        body = bytes(self.pending[:self.body_left])
+        if body:
+            del self.pending[:len(body)]
+            self.body_left -= len(body)
+        self.body_done = self.body_left == 0
+        return {"type": "http.request", "body": body, "more_body": not self.body_done}
+
+    def _disconnect(self) -> Message:
+        self.body_done = True
+        self.response_sent = self.response_sent or trio.Event()
+        self.response_sent.set()
+        return {"type": "http.disconnect"}
+
+    async def _send(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            headers = list(message.get("headers", ()))
+            self.started = (int(message["status"]), headers)
+            return
+        if kind != "http.response.body" or self.complete:
+            return
+        out = b""
+        if self.started is not None:
+            status, headers = self.started
+            self.started = None
+            out = self._head(status, headers)
+        body = message.get("body", b"")
+        more = message.get("more_body", False)
+        if self.chunked:
+            if body:
+                out += b"%x\r\n%s\r\n" % (len(body), body)
+            if not more:
+                out += b"0\r\n\r\n"
+        elif body and not self.head:
+            out += body
+        if not more:
+            self.complete = True
+        if out:
+            await self.stream.send_all(out)
+        if self.complete and self.response_sent is not None:
+            self.response_sent.set()
+
+    def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
+        """The status line and headers, with the framing h11 would choose;
+        ValueError for a header that would split the response."""
+        headers.append(self.server.date.header())
+        names = [name.lower() for name, _ in headers]
+        bodiless = self.head or status < 200 or status in (204, 304)
+        if b"content-length" not in names and not bodiless:
+            if self.http10:
+                self.keep_alive = False  # the end of the body is the close
+            else:
+                headers.append((b"transfer-encoding", b"chunked"))
+                self.chunked = not self.head
+        if b"connection" in names and _says_close(headers):
+            self.keep_alive = False
+        if self.server.closing or not self.keep_alive:
+            self.keep_alive = False
+            if not _says_close(headers):
+                headers.append((b"connection", b"close"))
+        lines = [b"HTTP/1.1 %d %s" % (status, _REASONS.get(status, b""))]
+        lines += [b"%s: %s" % pair for pair in headers]
+        head = b"\r\n".join(lines)
+        if head.count(b"\n") != len(lines) - 1 or head.count(b"\r") != len(lines) - 1 \
+                or b"\0" in head:
+            raise ValueError("a response header holds CR, LF or NUL")
+        return head + b"\r\n\r\n"
+
+    async def _drain_and_close(self) -> None:
+        """The response is out but the client's body was not read (413, an
+        early error): stop sending and read a bounded amount of what the
+        client still sends, so closing does not reset the connection before
+        the client has read the answer."""
+        await refuse(self.stream, b"")
+
+
+async def refuse(stream: trio.abc.Stream, answer: bytes) -> None:
+    """Send ``answer`` (if any), stop sending, read a bounded amount of what
+    the client still sends (so closing does not reset the connection before
+    it read the answer) and close."""
+    with trio.move_on_after(1):
+        try:
+            if answer:
+                await stream.send_all(answer)
+            if isinstance(stream, trio.SocketStream):
+                await stream.send_eof()
+            drained = 0
+            while drained < DRAIN_LIMIT:
+                data = await stream.receive_some(RECEIVE_SIZE)
+                if not data:
+                    break
+                drained += len(data)
+        except (*CLOSED, ssl.SSLError):
+            pass
+    await trio.aclose_forcefully(stream)
+
+
+def _says_close(headers: Any) -> bool:
+    """Whether a ``connection`` header lists ``close``."""
+    for name, value in headers:
+        if name.lower() == b"connection" and b"close" in [
+                token.strip() for token in value.lower().split(b",")]:
+            return True
+    return False
