@@ -41,6 +41,13 @@ def _opt(v: str) -> str | None:
     return v or None
 
 
+def _token(v: str) -> str | None:
+    v = v.strip()
+    if v and (len(v) < 16 or any(c.isspace() for c in v)):
+        raise ValueError("a metrics token needs at least 16 characters and no spaces")
+    return v or None
+
+
 @attrs.frozen
 class Setting:
     name: str
@@ -96,6 +103,9 @@ SETTINGS: tuple[Setting, ...] = (
             "log one line per request (never the client address, query or user agent)"),
     Setting("shutdown_grace_s", "SVC_SHUTDOWN_GRACE", 10, int,
             "seconds in-flight requests get to finish on SIGTERM/SIGINT"),
+    Setting("metrics_token", "SVC_METRICS_TOKEN", None, _token,
+            "bearer token that opens GET /metrics (Prometheus format; 16+ characters); "
+            "unset: /metrics is off"),
 )
 
 
@@ -125,6 +135,7 @@ class Config:
     log_level: str = "info"
     access_log: bool = True
     shutdown_grace_s: int = 10
+    metrics_token: str | None = attrs.field(default=None, repr=False)
 
     @property
     def base_url(self) -> str:

@@ -1,9 +1,10 @@
 """The ASGI front: one application that dispatches every request.
 
-``/v1/...`` goes to the JSON API, ``/healthz`` answers here, ``/dashboard`` and
-everything under ``/dashboard/`` (its static files too) go to the Quart-Trio
-dashboard app, and every other path on a link
-domain goes to the redirector. An admission limit caps the requests in flight:
+``/v1/...`` goes to the JSON API, ``/healthz`` and ``/metrics`` (web/metrics.py)
+answer here, ``/dashboard`` and everything under ``/dashboard/`` (its static
+files too) go to the Quart-Trio dashboard app, and every other path on a link
+domain goes to the redirector. Every answered request is counted for
+``/metrics`` and logged (``_log``). An admission limit caps the requests in flight:
 past it a request gets an immediate 503 with ``Retry-After`` instead of a long
 queue. Unexpected exceptions are logged (without client data) and answered
 with 500 ``internal_error``; they never take the process down.
@@ -16,12 +17,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from svc_engine.errors import Overloaded, SvcError
+from svc_engine.errors import MethodNotAllowed, NotFound, Overloaded, SvcError, Unauthenticated
 from web import logs
 from web.api import Api
 from web.auth import RateLimiter
 from web.client_facts import ClientFacts
 from web.http import Receive, Request, Response, Scope, Send, error_response, json_response
+from web.metrics import CONTENT_TYPE, Metrics, family_of, process_metrics, token_matches
+from web.metrics_sources import front_metrics, store_metrics, timer_metrics, webhook_metrics
 from web.redirector import Redirector
 from web.services import Services
 from web.wellknown import WellKnown
@@ -44,6 +47,12 @@ class Front:
         self.client_limiter = RateLimiter(services.config.rate_limit_per_client)
         self.client_ip = ClientFacts(services.config, services.server_secret).client_ip
         self.tls = bool(services.config.certfile)
+        self.metrics_token = services.config.metrics_token
+        self.metrics = Metrics()
+        for collect in (front_metrics(lambda: self.in_flight), store_metrics(services.store),
+                        webhook_metrics(lambda: services.webhooks), timer_metrics(services.timer),
+                        process_metrics(services.clock.now_ms() / 1000)):
+            self.metrics.add(collect)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -112,6 +121,8 @@ class Front:
                 return await self.api.handle(req)
             if req.path == "/healthz":
                 return json_response(200, {"status": "ok"})
+            if req.path == "/metrics":
+                return self._metrics(req)
             if req.path.startswith("/.well-known/"):
                 return await self.wellknown.handle(req)
             return await self.redirector.handle(req)
@@ -123,10 +134,23 @@ class Front:
             log.exception("unhandled error on %s %s", req.method, req.path)
             return error_response(SvcError("internal error"))
 
+    def _metrics(self, req: Request) -> Response:
+        if self.metrics_token is None:
+            raise NotFound("metrics are off (set SVC_METRICS_TOKEN to serve them)")
+        if req.method not in ("GET", "HEAD"):
+            raise MethodNotAllowed("use GET", allowed=("GET", "HEAD"))
+        if not token_matches(req.header("authorization"), self.metrics_token):
+            raise Unauthenticated("send the metrics token as a bearer token")
+        return Response(200, self.metrics.render(), [(b"content-type", CONTENT_TYPE),
+                                                      (b"cache-control", b"no-store")])
+
     def _log(self, scope: Scope, status: int, start: float) -> None:
+        """The request is answered: count it (web/metrics.py) and log it."""
+        seconds = time.perf_counter() - start
+        path = scope["path"]
+        self.metrics.observe(family_of(path), status, seconds)
         if self.access_log:
-            logs.access_line(scope["method"], scope["path"], status,
-                             (time.perf_counter() - start) * 1000)
+            logs.access_line(scope["method"], path, status, seconds * 1000)
 
 
 HSTS = (b"strict-transport-security", b"max-age=31536000; includeSubDomains")

@@ -30,6 +30,7 @@ from svc_engine.config import Config
 from web import logs, tenancy, useragent
 from web.assembly import build_front, start_services
 from web.front import Front
+from web.metrics_sources import server_metrics
 from web.server import HttpServer, ListenFailed, ServerSettings
 from web.services import system_random
 
@@ -138,6 +139,7 @@ async def _serve_http(front: Front, config: Config, stop: trio.Event, *,
                       task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
                       ) -> None:
     server = HttpServer(front, server_settings(config))
+    front.metrics.add(server_metrics(server))
     await server.serve(stop, task_status=task_status)
 
 

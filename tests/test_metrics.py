@@ -1,0 +1,203 @@
+"""GET /metrics (web/metrics.py): off without a token, 401 without the right
+one, Prometheus text that Prometheus' own parser reads, requests counted by
+fixed families only, and nothing about users in it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import attrs
+import httpx
+import pytest
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from actors.clock import TrioWallClock
+from storage.lmdb_store import LmdbStore
+from svc_engine.config import Config, load
+from svc_engine.errors import ValidationError
+from tests.conftest import App
+from web import tenancy
+from web.assembly import build_front, start_services
+from web.metrics import BOUNDS, Metrics, counter, family_of, gauge, token_matches
+from web.services import system_random
+
+TOKEN = "scrape-token-0123456789"
+UA = ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+      "Chrome/142.0.0.0 Safari/537.36")
+
+
+def parse(text: str) -> dict[str, Any]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def value(families: dict[str, Any], sample_name: str, **labels: str) -> float:
+    for family in families.values():
+        for s in family.samples:
+            if s.name == sample_name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    raise KeyError((sample_name, labels))
+
+
+# -- pure parts ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "family"), [
+    ("/v1/sdk/init", "sdk"), ("/v1/sdk/events", "sdk"), ("/v1/links", "api"),
+    ("/v1/webhooks/endpoints/x", "api"), ("/dashboard", "dashboard"),
+    ("/dashboard/static/app.js", "dashboard"), ("/.well-known/assetlinks.json", "wellknown"),
+    ("/healthz", "ops"), ("/metrics", "ops"), ("/summer-sale", "redirect"), ("/", "redirect"),
+    ("/v1", "redirect"),
+])
+def test_every_path_falls_in_a_fixed_family(path: str, family: str) -> None:
+    assert family_of(path) == family
+
+
+def test_histogram_buckets_are_cumulative_and_parse() -> None:
+    m = Metrics()
+    for seconds in (0.0001, 0.0003, 0.0004, 0.003, 20.0):
+        m.observe("redirect", 302, seconds)
+    m.observe("sdk", 200, 0.0015)
+    m.observe("sdk", 429, 0.0002)
+    m.observe("api", 0, 0.001)  # an answer that never started
+    fams = parse(m.render().decode())
+    assert value(fams, "svc_http_requests_total", family="redirect", code="3xx") == 5
+    assert value(fams, "svc_http_requests_total", family="sdk", code="2xx") == 1
+    assert value(fams, "svc_http_requests_total", family="sdk", code="4xx") == 1
+    assert value(fams, "svc_http_requests_total", family="api", code="other") == 1
+    bucket = "svc_http_request_duration_seconds_bucket"
+    assert value(fams, bucket, family="redirect", le="0.00025") == 1
+    assert value(fams, bucket, family="redirect", le="0.0005") == 3
+    assert value(fams, bucket, family="redirect", le="0.005") == 4
+    assert value(fams, bucket, family="redirect", le="10.0") == 4
+    assert value(fams, bucket, family="redirect", le="+Inf") == 5
+    assert value(fams, "svc_http_request_duration_seconds_count", family="redirect") == 5
+    assert value(fams, "svc_http_request_duration_seconds_sum",
+                 family="redirect") == pytest.approx(20.0038)
+    assert fams["svc_http_request_duration_seconds"].type == "histogram"
+    assert len([s for s in fams["svc_http_request_duration_seconds"].samples
+                if s.labels["family"] == "sdk"]) == len(BOUNDS) + 3
+
+
+def test_an_observation_on_a_bound_counts_in_that_bucket() -> None:
+    m = Metrics()
+    m.observe("redirect", 302, 0.001)
+    fams = parse(m.render().decode())
+    bucket = "svc_http_request_duration_seconds_bucket"
+    assert value(fams, bucket, family="redirect", le="0.0005") == 0
+    assert value(fams, bucket, family="redirect", le="0.001") == 1
+
+
+def test_collected_metrics_render_with_escaped_labels() -> None:
+    m = Metrics()
+    m.add(lambda: [gauge("svc_x", "A gauge.", 2.5, (("v", 'a"b\\c\nd'),)),
+                   counter("svc_y_total", "A counter.", 7)])
+    text = m.render().decode()
+    assert 'svc_x{v="a\\"b\\\\c\\nd"} 2.5' in text
+    fams = parse(text)
+    assert value(fams, "svc_x", v='a"b\\c\nd') == 2.5
+    assert fams["svc_y"].type == "counter" and value(fams, "svc_y_total") == 7
+
+
+@pytest.mark.parametrize(("header", "ok"), [
+    (f"Bearer {TOKEN}", True), (f"bearer  {TOKEN} ", True), (None, False), ("", False),
+    (f"Basic {TOKEN}", False), (f"Bearer {TOKEN}x", False), ("Bearer", False),
+    (TOKEN, False),
+])
+def test_token_matches_only_the_bearer_token(header: str | None, ok: bool) -> None:
+    assert token_matches(header, TOKEN) is ok
+
+
+def test_a_short_or_spaced_token_is_refused_at_start() -> None:
+    assert load({"SVC_METRICS_TOKEN": TOKEN}, {}).metrics_token == TOKEN
+    assert load({"SVC_METRICS_TOKEN": ""}, {}).metrics_token is None
+    for bad in ("short", "sixteen chars ok but spaced"):
+        with pytest.raises(ValidationError, match="SVC_METRICS_TOKEN"):
+            load({"SVC_METRICS_TOKEN": bad}, {})
+    assert TOKEN not in repr(load({"SVC_METRICS_TOKEN": TOKEN}, {}))
+
+
+# -- in process --------------------------------------------------------------------
+
+
+@pytest.fixture
+async def metered(store: LmdbStore, config: Config) -> AsyncIterator[App]:
+    config = attrs.evolve(config, metrics_token=TOKEN)
+    clock = TrioWallClock()
+    info = await tenancy.bootstrap(store, config.base_url, system_random, clock.now_ms())
+    secret = await store.put_meta_once("server_secret", b"s" * 32)
+    async with trio.open_nursery() as n:
+        services = await start_services(n, config, store, clock, secret)
+        yield App(services, build_front(services), info)
+        n.cancel_scope.cancel()
+
+
+async def test_metrics_are_off_without_a_token(app: App) -> None:
+    async with app.client() as c:
+        r = await c.get("/metrics", headers={"authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+async def test_metrics_need_the_token(metered: App) -> None:
+    async with metered.client() as c:
+        for headers in ({}, {"authorization": "Bearer wrong-token-0123456789"},
+                        {"authorization": f"Bearer {metered.keys['sk_live']}"}):
+            r = await c.get("/metrics", headers=headers)
+            assert r.status_code == 401, headers
+            assert r.json()["error"]["code"] == "unauthenticated"
+            assert r.headers["www-authenticate"].startswith("Bearer")
+        r = await c.post("/metrics", headers={"authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD"
+
+
+async def test_requests_are_counted_by_family_and_parts_report(metered: App) -> None:
+    async with metered.client("sk_live") as c:
+        r = await c.post("/v1/links", json={"path": "/p/1", "slug": "spring-sale",
+                                            "webFallbackUrl": "https://example.com/web"})
+        assert r.status_code == 201, r.text
+        await c.get("/spring-sale", headers={"user-agent": UA, "cf-ipcountry": "DE"})
+        await c.get("/no-such-link")
+        await c.get("/healthz")
+        r = await c.get("/metrics", headers={"authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    fams = parse(r.text)
+    assert value(fams, "svc_http_requests_total", family="api", code="2xx") == 1
+    assert value(fams, "svc_http_requests_total", family="redirect", code="3xx") == 1
+    assert value(fams, "svc_http_requests_total", family="redirect", code="4xx") == 1
+    assert value(fams, "svc_http_requests_total", family="ops", code="2xx") == 1
+    assert value(fams, "svc_http_request_duration_seconds_count", family="redirect") == 2
+    assert value(fams, "svc_http_requests_in_flight") == 1  # the scrape itself
+    assert value(fams, "svc_store_writes_total") >= 1
+    assert value(fams, "svc_store_commits_total") >= 1
+    assert 0 < value(fams, "svc_store_used_bytes") <= value(fams, "svc_store_map_size_bytes")
+    assert value(fams, "svc_webhook_endpoints") == 0
+    assert value(fams, "svc_timer_deadlines_held") >= 0
+    assert value(fams, "process_resident_memory_bytes") > 1 << 20
+    assert value(fams, "svc_build_info", version="0.1.0") == 1
+    for private in ("spring-sale", "no-such-link", "/p/1", "Chrome", "example.com",
+                    metered.project_id, TOKEN):
+        assert private not in r.text, private
+
+
+# -- over a real socket ------------------------------------------------------------
+
+
+def test_a_served_process_reports_its_connections(server_factory: Any) -> None:
+    srv = server_factory(env={"SVC_METRICS_TOKEN": TOKEN}).start()
+    with httpx.Client(base_url=srv.url) as c:
+        assert c.get("/healthz").status_code == 200
+        r = c.get("/metrics", headers={"authorization": f"Bearer {TOKEN}"})
+        assert c.get("/metrics").status_code == 401
+    assert r.status_code == 200
+    fams = parse(r.text)
+    assert value(fams, "svc_http_connections") >= 1
+    assert value(fams, "svc_http_connections_limit") == 1024
+    assert value(fams, "svc_http_connections_refused_total") == 0
+    assert value(fams, "svc_http_requests_total", family="ops", code="2xx") >= 1
+    assert value(fams, "process_open_fds") > 3
+    assert value(fams, "process_cpu_seconds_total") > 0
+    srv.stop()
+    assert TOKEN not in srv.logs()
+    assert "127.0.0.1" not in r.text
