@@ -48,7 +48,7 @@ def value(families: dict[str, Any], sample_name: str, **labels: str) -> float:
     ("/v1/webhooks/endpoints/x", "api"), ("/dashboard", "dashboard"),
     ("/dashboard/static/app.js", "dashboard"), ("/.well-known/assetlinks.json", "wellknown"),
     ("/healthz", "ops"), ("/metrics", "ops"), ("/summer-sale", "redirect"), ("/", "redirect"),
-    ("/v1", "redirect"),
+    ("/v1", "api"), ("/v1sale", "redirect"), ("/dashboardx", "redirect"),
 ])
 def test_every_path_falls_in_a_fixed_family(path: str, family: str) -> None:
     assert family_of(path) == family

@@ -66,10 +66,11 @@ Collector = Callable[[], Iterable[Metric]]
 
 
 def family_of(path: str) -> str:
-    """The fixed family a request path belongs to (a metric label)."""
-    if path.startswith("/v1/"):
+    """The fixed family a request path belongs to (a metric label), as
+    web/front.py routes it."""
+    if path.startswith("/v1/") or path == "/v1":
         return "sdk" if path.startswith("/v1/sdk/") else "api"
-    if path.startswith("/dashboard"):
+    if path == "/dashboard" or path.startswith("/dashboard/"):
         return "dashboard"
     if path.startswith("/.well-known/"):
         return "wellknown"
