@@ -18,7 +18,8 @@ READY = re.compile(r"svc: listening on (\S+)")
 
 class ServerProcess:
     def __init__(self, data_dir: str, *, log_dir: str, env: dict[str, str] | None = None,
-                 bootstrap: bool = True, extra_args: tuple[str, ...] = ()) -> None:
+                 bootstrap: bool = True, extra_args: tuple[str, ...] = (),
+                 wrap: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
         self.log_path = os.path.join(log_dir, f"server-{time.monotonic_ns()}.log")
         # Load shedding on event-loop delay is off unless a test asks for it:
@@ -26,12 +27,13 @@ class ServerProcess:
         self.env = {"SVC_MAX_LAG_MS": "0", **os.environ, **(env or {})}
         self.bootstrap = bootstrap
         self.extra_args = extra_args
+        self.wrap = wrap  # a command that execs the server, e.g. prlimit
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
         self.info: dict[str, Any] = {}
 
     def start(self, timeout: float = 20.0) -> ServerProcess:
-        args = [sys.executable, "-m", "web.cli", "serve", "--data", self.data_dir,
+        args = [*self.wrap, sys.executable, "-m", "web.cli", "serve", "--data", self.data_dir,
                 "--port", "0", *self.extra_args]
         if self.bootstrap:
             args.append("--bootstrap")

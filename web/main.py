@@ -27,7 +27,7 @@ import trio
 from actors.clock import Clock, SystemClock
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
-from web import logs, tenancy, useragent
+from web import fd_limit, logs, serve_lock, tenancy, useragent
 from web.assembly import build_front, start_services
 from web.front import Front
 from web.metrics_sources import server_metrics
@@ -85,8 +85,20 @@ async def serve(config: Config, *, clock: Clock | None = None, bootstrap: bool =
                 on_ready: Callable[[list[str]], Awaitable[None] | None] | None = None) -> None:
     logs.setup(config.log_level)
     config = _concrete_port(config)
+    cap = fd_limit.make_room(config.max_connections)
+    if cap != config.max_connections:
+        config = attrs.evolve(config, max_connections=cap)
     clock = clock or SystemClock()
     stop = stop or trio.Event()
+    lock = serve_lock.hold(config.data_dir)
+    try:
+        await _serve_data(config, clock, bootstrap, stop, on_ready)
+    finally:
+        lock.close()
+
+
+async def _serve_data(config: Config, clock: Clock, bootstrap: bool, stop: trio.Event,
+                      on_ready: Callable[[list[str]], Awaitable[None] | None] | None) -> None:
     store = LmdbStore(config.data_dir, map_size=config.map_size)
     try:
         async with trio.open_nursery() as storage_nursery:
@@ -153,5 +165,8 @@ def run(config: Config, *, bootstrap: bool = False) -> None:
             failed = failed.exceptions[0]
         print(f"svc: {failed} (is another svc running? SVC_PORT or --port "
               "choose another port)", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    except* serve_lock.DataDirBusy as group:
+        print(f"svc: {group.exceptions[0]}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     sys.stdout.flush()

@@ -1,0 +1,78 @@
+"""The open-file limit makes room for the connection cap (web/fd_limit.py):
+raised up to the hard limit at start, and the cap lowered, with a warning,
+when the hard limit is too low."""
+
+from __future__ import annotations
+
+import resource
+import sys
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from web.fd_limit import MIN_CONNECTIONS, OTHER_FDS, FdPlan, plan
+
+INF = resource.RLIM_INFINITY
+TOKEN = "scrape-token-0123456789"
+
+
+@pytest.mark.parametrize(("soft", "hard", "cap", "expected"), [
+    (1024, 524288, 1024, FdPlan(1024 + OTHER_FDS, 1024)),  # systemd's usual 1,024 soft
+    (1024, INF, 1024, FdPlan(1024 + OTHER_FDS, 1024)),
+    (INF, INF, 1024, FdPlan(INF, 1024)),
+    (1_048_576, 1_048_576, 1024, FdPlan(1_048_576, 1024)),  # already enough: untouched
+    (1024, 1024, 1024, FdPlan(1024, 1024 - OTHER_FDS)),  # hard too low: the cap shrinks
+    (1024, 1200, 1024, FdPlan(1200, 1200 - OTHER_FDS)),
+    (256, 256, 1024, FdPlan(256, MIN_CONNECTIONS)),
+    (1024, 2000, 100, FdPlan(1024, 100)),  # a small cap fits as it is
+])
+def test_plan(soft: int, hard: int, cap: int, expected: FdPlan) -> None:
+    assert plan(soft, hard, cap) == expected
+
+
+def _limited(soft: int, hard: int) -> tuple[str, ...]:
+    """A command prefix that starts the server with these limits."""
+    script = ("import os, resource, sys; "
+              f"resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); "
+              "os.execv(sys.argv[1], sys.argv[1:])")
+    return (sys.executable, "-c", script)
+
+
+def _limits(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/limits") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                soft, hard = line.split()[3:5]
+                return int(soft), int(hard)
+    raise AssertionError("no open-file limit line")
+
+
+def _connection_cap(url: str) -> float:
+    r = httpx.get(f"{url}/metrics", headers={"authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200
+    for family in text_string_to_metric_families(r.text):
+        if family.name == "svc_http_connections_limit":
+            return float(family.samples[0].value)
+    raise AssertionError("no connection limit in the scrape")
+
+
+def test_a_low_soft_limit_is_raised_at_start(server_factory: Any) -> None:
+    srv = server_factory(env={"SVC_METRICS_TOKEN": TOKEN}, wrap=_limited(300, 20000)).start()
+    assert srv.proc is not None
+    assert _limits(srv.proc.pid) == (1024 + OTHER_FDS, 20000)
+    assert _connection_cap(srv.url) == 1024
+    srv.stop()
+    assert "open-file limit" not in srv.logs()
+
+
+def test_a_low_hard_limit_lowers_the_cap_with_a_warning(server_factory: Any) -> None:
+    srv = server_factory(env={"SVC_METRICS_TOKEN": TOKEN}, wrap=_limited(600, 600)).start()
+    assert srv.proc is not None
+    assert _limits(srv.proc.pid) == (600, 600)
+    assert _connection_cap(srv.url) == 600 - OTHER_FDS
+    srv.stop()
+    logs = srv.logs()
+    assert "leaves room for 216 connections, not SVC_MAX_CONNECTIONS=1024" in logs
+    assert f"LimitNOFILE={1024 + OTHER_FDS}" in logs

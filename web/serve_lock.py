@@ -1,0 +1,45 @@
+"""One ``svc serve`` per data directory.
+
+LMDB lets several processes write one store safely, but a serving process
+also owns state in memory: the webhook dispatcher reading the outbox, the
+timer firing retries and housekeeping, the project actors. Two processes
+serving one data directory would each deliver every webhook and run every
+job. So ``svc serve`` holds an exclusive ``flock`` on ``serve.lock`` in the
+data directory while it runs; a second one exits at once with a one-line
+message naming the first one's process ID. The lock dies with its process
+(even under SIGKILL), so it is never stale. Other commands (``svc backup``,
+``svc keys``, ``svc doctor``...) do not take it: they may run beside the
+service, as README.md says.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from typing import IO
+
+LOCK_NAME = "serve.lock"
+
+
+class DataDirBusy(Exception):
+    """Another process serves this data directory."""
+
+
+def hold(data_dir: str) -> IO[str]:
+    """Take the data directory's serve lock; keep the returned file open
+    for as long as the process serves (closing it releases the lock)."""
+    os.makedirs(data_dir, exist_ok=True)
+    f = open(os.path.join(data_dir, LOCK_NAME), "a+")  # noqa: SIM115 - held while serving
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        raise DataDirBusy(f"another svc serve (pid {holder}) is serving {data_dir}; "
+                          "stop it first, or give this one another --data") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
