@@ -1,13 +1,16 @@
 """The composition root: ``svc serve``.
 
+Before anything opens, the process makes room for its connection cap in the
+open-file limit (web/fd_limit.py) and takes its data directory's serve lock
+(web/serve_lock.py: one serving process per data directory).
+
 One ``trio.run``. The root nursery holds the storage writer; inside it the
 service nursery holds the timer, the housekeeper, the project actors' registry
 and the HTTP server (web/server.py) with the ASGI front. On SIGTERM or SIGINT
 the server stops accepting, closes idle connections and lets in-flight
-requests finish (``SVC_SHUTDOWN_GRACE``),
-the actors are stopped, the writer commits everything queued, and LMDB is
-closed. A request is answered only after its write is durable, so nothing
-acknowledged is lost.
+requests finish (``SVC_SHUTDOWN_GRACE``), the actors are stopped, the writer
+commits everything queued, and LMDB is closed. A request is answered only
+after its write is durable, so nothing acknowledged is lost.
 """
 
 from __future__ import annotations
