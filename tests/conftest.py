@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
 import trio
 
-from actors.clock import TrioWallClock
+from actors.clock import Clock, TrioWallClock
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
 from tests.server_process import ServerProcess
@@ -67,15 +68,22 @@ def config(data_dir: str) -> Config:
                   rate_limit_per_key=0, country_header="CF-IPCountry")
 
 
-@pytest.fixture
-async def app(store: LmdbStore, config: Config) -> AsyncIterator[App]:
-    clock = TrioWallClock()
+@asynccontextmanager
+async def running_app(store: LmdbStore, config: Config, clock: Clock) -> AsyncIterator[App]:
+    """The service in-process with this config and clock (``app`` is it with
+    the default config and the wall clock)."""
     info = await tenancy.bootstrap(store, config.base_url, system_random, clock.now_ms())
     secret = await store.put_meta_once("server_secret", b"s" * 32)
     async with trio.open_nursery() as n:
         services = await start_services(n, config, store, clock, secret)
         yield App(services, build_front(services), info)
         n.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def app(store: LmdbStore, config: Config) -> AsyncIterator[App]:
+    async with running_app(store, config, TrioWallClock()) as a:
+        yield a
 
 
 @pytest.fixture

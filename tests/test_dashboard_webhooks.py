@@ -36,7 +36,7 @@ from svc_engine.plans import Plan
 from svc_engine.records import Role
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
 from svc_engine.webhook_records import Endpoint
-from tests.conftest import App
+from tests.conftest import App, running_app
 from tests.dashboard_support import Member, add_user, owner, signed_in
 from tests.dashboard_webhook_support import make_delivery, make_endpoint
 from tests.webhook_receiver_fixture import (
@@ -44,7 +44,6 @@ from tests.webhook_receiver_fixture import (
     Receiver,
     emit,
     make_ca,
-    running_app,
     running_receiver,
     status,
     webhook_config,

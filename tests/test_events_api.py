@@ -518,10 +518,10 @@ async def test_stored_events_reach_a_webhook_endpoint_as_conversions(
     import trio
 
     from actors.clock import SystemClock
+    from tests.conftest import running_app
     from tests.webhook_receiver_fixture import (
         add_endpoint,
         make_ca,
-        running_app,
         running_receiver,
         webhook_config,
     )

@@ -10,18 +10,14 @@ from typing import Any
 import attrs
 import httpx
 import pytest
-import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from actors.clock import TrioWallClock
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config, load
 from svc_engine.errors import ValidationError
-from tests.conftest import App
-from web import tenancy
-from web.assembly import build_front, start_services
+from tests.conftest import App, running_app
 from web.metrics import BOUNDS, Metrics, counter, family_of, gauge, token_matches
-from web.services import system_random
 
 TOKEN = "scrape-token-0123456789"
 UA = ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -123,14 +119,9 @@ def test_a_short_or_spaced_token_is_refused_at_start() -> None:
 
 @pytest.fixture
 async def metered(store: LmdbStore, config: Config) -> AsyncIterator[App]:
-    config = attrs.evolve(config, metrics_token=TOKEN)
-    clock = TrioWallClock()
-    info = await tenancy.bootstrap(store, config.base_url, system_random, clock.now_ms())
-    secret = await store.put_meta_once("server_secret", b"s" * 32)
-    async with trio.open_nursery() as n:
-        services = await start_services(n, config, store, clock, secret)
-        yield App(services, build_front(services), info)
-        n.cancel_scope.cancel()
+    async with running_app(store, attrs.evolve(config, metrics_token=TOKEN),
+                           TrioWallClock()) as app:
+        yield app
 
 
 async def test_metrics_are_off_without_a_token(app: App) -> None:

@@ -21,7 +21,8 @@ import trio
 from actors.clock import SystemClock
 from storage.lmdb_store import LmdbStore
 from svc_engine import signing
-from tests.webhook_receiver_fixture import add_endpoint, emit, make_ca, running_app, webhook_config
+from tests.conftest import running_app
+from tests.webhook_receiver_fixture import add_endpoint, emit, make_ca, webhook_config
 
 pytestmark = pytest.mark.e2e
 

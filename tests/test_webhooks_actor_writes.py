@@ -19,14 +19,13 @@ from actors.clock import SystemClock
 from storage.lmdb_store import LmdbStore
 from storage.webhooks_store import attempt_deadline
 from svc_engine.webhook_delivery import DeliveryStatus
-from tests.conftest import App
+from tests.conftest import App, running_app
 from tests.webhook_receiver_fixture import (
     Receiver,
     add_endpoint,
     deliveries_of,
     emit,
     make_ca,
-    running_app,
     running_receiver,
     webhook_config,
 )

@@ -19,14 +19,13 @@ from actors.clock import SystemClock, TrioWallClock
 from actors.webhook_sender import BlockedAddress, GuardedBackend, HttpSender, SendJob
 from storage.lmdb_store import LmdbStore
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
-from tests.conftest import App
+from tests.conftest import App, running_app
 from tests.webhook_receiver_fixture import (
     Receiver,
     add_endpoint,
     deliveries_of,
     emit,
     make_ca,
-    running_app,
     running_receiver,
     status,
     webhook_config,

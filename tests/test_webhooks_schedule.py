@@ -22,7 +22,7 @@ from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.plans import Plan
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
 from svc_engine.webhook_records import Endpoint
-from tests.conftest import App
+from tests.conftest import App, running_app
 from tests.webhook_receiver_fixture import (
     Receiver,
     add_endpoint,
@@ -30,7 +30,6 @@ from tests.webhook_receiver_fixture import (
     emit,
     make_ca,
     ok,
-    running_app,
     running_receiver,
     status,
     webhook_config,

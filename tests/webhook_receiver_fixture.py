@@ -21,15 +21,12 @@ import trio
 import trustme
 
 from actors.clock import Clock
-from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
 from svc_engine.ids import new_id
 from svc_engine.keys import Mode
 from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.webhook_delivery import Delivery
 from tests.conftest import App
-from web import tenancy
-from web.assembly import build_front, start_services
 from web.services import system_random
 from web.webhook_receiver import Received, Reply, serve_connection
 
@@ -131,17 +128,6 @@ async def running_receiver(ca: trustme.CA, clock: Clock, *, tls: bool = True
     async with trio.open_nursery() as n:
         await n.start(receiver.serve)
         yield receiver
-        n.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def running_app(store: LmdbStore, config: Config, clock: Clock) -> AsyncIterator[App]:
-    """The service in-process, as tests/conftest.py's ``app``, with ``clock``."""
-    info = await tenancy.bootstrap(store, config.base_url, system_random, clock.now_ms())
-    secret = await store.put_meta_once("server_secret", b"s" * 32)
-    async with trio.open_nursery() as n:
-        services = await start_services(n, config, store, clock, secret)
-        yield App(services, build_front(services), info)
         n.cancel_scope.cancel()
 
 

@@ -46,8 +46,7 @@ def plan(soft: int, hard: int, max_connections: int) -> FdPlan:
     want = max_connections + OTHER_FDS
     if soft == resource.RLIM_INFINITY or soft >= want:
         return FdPlan(soft, max_connections)
-    new_soft = want if hard == resource.RLIM_INFINITY else min(want, hard)
-    new_soft = max(new_soft, soft)
+    new_soft = want if hard == resource.RLIM_INFINITY else min(want, hard)  # >= soft
     cap = min(max_connections, max(new_soft - OTHER_FDS, MIN_CONNECTIONS))
     return FdPlan(new_soft, cap)
 
