@@ -33,7 +33,7 @@ DATABASES = (
     b"invites",          # sha256(invite token) -> Invite
     b"links",            # link id -> Link
     b"slugs",            # domain NUL slug -> link id
-    b"links_by_project", # project | mode | created ms | link id -> b""
+    b"links_by_project", # project | mode | created ms | seq | link id -> b""
     b"domains",          # custom domain -> project id
     b"platforms",        # project id -> Platforms
     b"tokens",           # token -> Token (single-use svc_token)

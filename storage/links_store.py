@@ -29,6 +29,48 @@ def _slug_key(domain: str, slug: str) -> bytes:
     return domain.encode() + b"\x00" + slug.encode()
 
 
+# A project's listing key is ``scope | created ms | seq | link id``: ``seq``
+# (2 bytes, big-endian) numbers the links created in the same millisecond in
+# the order the writer committed them, so "newest first" holds for a script
+# that makes many links a millisecond. Keys written before the sequence
+# existed (``scope | ms | link id``) still list, page and delete; against
+# them, in the one millisecond an upgrade could share, the order is arbitrary.
+_SEQ_MAX = 0xFFFF
+
+
+def _listing_key(txn: lmdb.Transaction, db: lmdb._Database, at: bytes, lid: bytes) -> bytes:
+    """The key for a new link created at ``at`` (``scope | ms``): one past
+    the highest sequence of that millisecond."""
+    cur = txn.cursor(db=db)
+    ok = cur.set_range(layout.prefix_end(at))
+    ok = cur.prev() if ok else cur.last()
+    while ok:
+        k = bytes(cur.key())
+        if not k.startswith(at):
+            break
+        if len(k) == len(at) + 2 + 16:
+            seq = min(_SEQ_MAX, int.from_bytes(k[len(at):len(at) + 2], "big") + 1)
+            return at + seq.to_bytes(2, "big") + lid
+        ok = cur.prev()         # a key without a sequence: look further back
+    return at + bytes(2) + lid
+
+
+def _find_listing_key(txn: lmdb.Transaction, db: lmdb._Database, at: bytes,
+                      lid: bytes) -> bytes | None:
+    """The listing key of the link ``lid`` created at ``at``, with or without
+    a sequence."""
+    cur = txn.cursor(db=db)
+    ok = cur.set_range(at)
+    while ok:
+        k = bytes(cur.key())
+        if not k.startswith(at):
+            return None
+        if k.endswith(lid):
+            return k
+        ok = cur.next()
+    return None
+
+
 @attrs.frozen
 class LinkPage:
     links: list[Link]
@@ -127,8 +169,8 @@ class LinksStore:
             lid = layout.uid(link.id)
             txn.put(lid, encode(link), db=self._links)
             txn.put(_slug_key(link.domain, link.slug), lid, db=self._slugs)
-            txn.put(layout.scope(link.project_id, link.mode.value)
-                    + layout.ms(link.created_at_ms) + lid, b"", db=self._by_project)
+            at = layout.scope(link.project_id, link.mode.value) + layout.ms(link.created_at_ms)
+            txn.put(_listing_key(txn, self._by_project, at, lid), b"", db=self._by_project)
             txn.put(counter, cbor2.dumps(used + 1), db=self._meta)
             self.store.record_response(txn, idem, link)
             return link
@@ -155,8 +197,12 @@ class LinksStore:
             old = self._owned(txn, project_id, mode, link_id)
             new = attrs.evolve(old, deleted=True, updated_at_ms=now_ms)
             txn.put(layout.uid(link_id), encode(new), db=self._links)
-            txn.delete(layout.scope(project_id, mode) + layout.ms(old.created_at_ms)
-                       + layout.uid(link_id), db=self._by_project)
+            key = _find_listing_key(
+                txn, self._by_project,
+                layout.scope(project_id, mode) + layout.ms(old.created_at_ms),
+                layout.uid(link_id))
+            if key is not None:
+                txn.delete(key, db=self._by_project)
             counter = _ORG_LINKS + layout.uid(org_id)
             raw = txn.get(counter, db=self._meta)
             used = int(cbor2.loads(bytes(raw))) if raw is not None else 1
