@@ -6,13 +6,16 @@ custom events and settings changes in a loop. Every answer that acknowledged a
 write (2xx) is recorded in ``Ledger``; connection errors while the server is
 being killed are expected and ignored (an unanswered request promises
 nothing). The checks after the last restart compare the ledger with the data.
+
+Nothing here sleeps: the test paces itself by acknowledged writes
+(``Ledger.wait_for_acks``), and a worker whose request failed waits for the
+server to be back (``Target.up``).
 """
 
 from __future__ import annotations
 
 import random
 import threading
-import time
 import uuid
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -24,9 +27,27 @@ ANDROID_UA = ("Mozilla/5.0 (Linux; Android 10; K) AppleWebKit/537.36 (KHTML, lik
               "Chrome/142.0.0.0 Mobile Safari/537.36")
 
 
+class Target:
+    """Where the workers send requests; down while the server restarts."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.up = threading.Event()
+        self.up.set()
+
+    def down(self) -> None:
+        self.up.clear()
+
+    def moved(self, url: str) -> None:
+        self.url = url
+        self.up.set()
+
+
 @attrs.define
 class Ledger:
     lock: threading.Lock = attrs.field(factory=threading.Lock)
+    acks: int = 0  # answers that acknowledged a write
+    changed: threading.Condition = attrs.field(init=False)
     links: dict[str, str] = attrs.field(factory=dict)  # link id -> slug
     installs: set[str] = attrs.field(factory=set)
     token_wins: dict[str, int] = attrs.field(factory=dict)  # token -> attributions seen
@@ -36,17 +57,30 @@ class Ledger:
     window_minutes: int | None = None
     errors: list[str] = attrs.field(factory=list)
 
+    def __attrs_post_init__(self) -> None:
+        self.changed = threading.Condition(self.lock)
+
     def note(self, fn: Any) -> None:
         with self.lock:
             fn(self)
+            self.acks += 1
+            self.changed.notify_all()
+
+    def wait_for_acks(self, n: int, timeout: float = 60) -> None:
+        """Block until ``n`` more writes are acknowledged than now."""
+        with self.lock:
+            want = self.acks + n
+            if not self.changed.wait_for(lambda: self.acks >= want, timeout):
+                raise AssertionError(f"only {self.acks - want + n} of {n} writes were "
+                                     f"acknowledged in {timeout} s")
 
 
 class Worker(threading.Thread):
-    def __init__(self, ledger: Ledger, keys: dict[str, str], url: list[str], seed: int,
+    def __init__(self, ledger: Ledger, keys: dict[str, str], target: Target, seed: int,
                  stop: threading.Event, *, settings_writer: bool = False) -> None:
         super().__init__(daemon=True)
-        self.ledger, self.keys, self.url, self.rng, self.stop = (
-            ledger, keys, url, random.Random(seed), stop)
+        self.ledger, self.keys, self.target, self.rng, self.stop = (
+            ledger, keys, target, random.Random(seed), stop)
         # One writer of settings, so "the last acknowledged value" is well defined.
         self.settings_writer = settings_writer
 
@@ -54,7 +88,7 @@ class Worker(threading.Thread):
         headers = {"content-type": "application/json", "x-svc-sdk": "flutter/0.2.0"}
         if key:
             headers["authorization"] = f"Bearer {self.keys[key]}"
-        return httpx.Client(base_url=self.url[0], headers=headers, timeout=5)
+        return httpx.Client(base_url=self.target.url, headers=headers, timeout=5)
 
     def run(self) -> None:
         steps = [self.create_link, self.android_launch, self.handoff_and_claim,
@@ -66,7 +100,7 @@ class Worker(threading.Thread):
             try:
                 step()
             except (httpx.TransportError, httpx.ReadTimeout):
-                time.sleep(0.05)  # the server is down or restarting
+                self.target.up.wait(30)  # the server is down or restarting
             except Exception as e:  # a wrong answer is a finding, not noise
                 self.ledger.note(lambda led, e=e: led.errors.append(repr(e)))
 
@@ -89,14 +123,14 @@ class Worker(threading.Thread):
     def redirect(self) -> None:
         slug = self._some_link()
         if slug:
-            with httpx.Client(base_url=self.url[0], timeout=5) as c:
+            with httpx.Client(base_url=self.target.url, timeout=5) as c:
                 c.get(f"/{slug}", headers={"user-agent": "Mozilla/5.0 (X11; Linux) Firefox/140"})
 
     def android_launch(self) -> None:
         slug = self._some_link()
         if not slug:
             return
-        with httpx.Client(base_url=self.url[0], timeout=5) as c:
+        with httpx.Client(base_url=self.target.url, timeout=5) as c:
             r = c.get(f"/{slug}", headers={"user-agent": ANDROID_UA})
         if r.status_code != 302:
             return

@@ -20,13 +20,14 @@ from storage import layout
 from storage.codec import decode
 from storage.lmdb_store import LmdbStore
 from svc_engine.settings import DeferredSettings
-from tests.crash_load import Ledger, Worker
+from tests.crash_load import Ledger, Target, Worker
 from tests.server_process import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SOAK = os.environ.get("SVC_SOAK") == "1"
 ROUNDS = 12 if SOAK else 3
 WORKERS = 6 if SOAK else 4
+ACKS_BEFORE_KILL = 300  # at most; about a second and a half of the load here
 ENV = {"SVC_RATE_LIMIT_PER_KEY": "0", "SVC_RATE_LIMIT_PER_CLIENT": "0",
        "SVC_WEBHOOK_RETRY_SCALE": "0.001"}  # test only: retries in milliseconds
 WAITING = ("Queued", "Sending", "Retrying")
@@ -39,7 +40,14 @@ class Receiver(http.server.ThreadingHTTPServer):
     def __init__(self) -> None:
         self.seen: Counter[str] = Counter()
         self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def wait_for_a_request(self, timeout: float) -> None:
+        """Block until the next request arrives (or ``timeout`` passes)."""
+        with self.lock:
+            before = sum(self.seen.values())
+            self.arrived.wait_for(lambda: sum(self.seen.values()) > before, timeout)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -51,6 +59,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.seen[wid] += 1
             fail = sum(self.server.seen.values()) % 5 == 0
+            self.server.arrived.notify_all()
         self.send_response(500 if fail else 200)
         self.send_header("content-length", "0")
         self.end_headers()
@@ -74,33 +83,39 @@ def test_sigkill_under_mixed_load_loses_and_repeats_nothing(
             "url": f"http://127.0.0.1:{receiver.server_address[1]}/hook",
             "events": ["install", "conversion", "open"]})
         assert hook.status_code == 201, hook.text
-    ledger, stop, url = Ledger(), threading.Event(), [srv.url]
-    workers = [Worker(ledger, keys, url, seed + i, stop, settings_writer=(i == 0))
+    ledger, stop, target = Ledger(), threading.Event(), Target(srv.url)
+    workers = [Worker(ledger, keys, target, seed + i, stop, settings_writer=(i == 0))
                for i in range(WORKERS)]
     for w in workers:
         w.start()
     try:
         for _ in range(ROUNDS):
-            time.sleep(rng.uniform(0.8, 2.5))
+            # a random moment, counted in acknowledged writes (not seconds,
+            # so a slow machine still crashes the service mid-load)
+            ledger.wait_for_acks(rng.randint(ACKS_BEFORE_KILL // 3, ACKS_BEFORE_KILL))
+            target.down()
             srv.kill()  # mid-flight: requests are in every stage of handling
             info = srv.info
             srv = server_factory(srv.data_dir, bootstrap=False, env=ENV).start()
             srv.info = info
-            url[0] = srv.url
-        time.sleep(1.0)
+            target.moved(srv.url)
+        ledger.wait_for_acks(ACKS_BEFORE_KILL // 3)  # the last start takes writes too
     finally:
         stop.set()
+        target.moved(target.url)  # no worker is left waiting for it
         for w in workers:
             w.join(10)
-    # Let the last deliveries settle (retries run in milliseconds here).
+    # Let the last deliveries settle (retries run in milliseconds here): each
+    # look at the deliveries waits for the receiver to see another request.
     deadline = time.monotonic() + 30
     with srv.client("sk_live") as c:
-        while time.monotonic() < deadline:
+        while True:
             waiting = [d for status in WAITING for d in c.get(
                 "/v1/webhooks/deliveries", params={"status": status}).json()["data"]]
             if not waiting:
                 break
-            time.sleep(0.2)
+            assert time.monotonic() < deadline, f"{len(waiting)} deliveries never settled"
+            receiver.wait_for_a_request(timeout=0.5)
     srv.stop()
     receiver.shutdown()
     receiver.server_close()
@@ -154,12 +169,12 @@ def test_backup_during_load_holds_every_write_acknowledged_before_it(
 
     srv = server_factory(env=ENV).start()
     keys, project_id = srv.info["keys"], srv.info["projectId"]
-    ledger, stop, url = Ledger(), threading.Event(), [srv.url]
-    workers = [Worker(ledger, keys, url, 7 + i, stop) for i in range(3)]
+    ledger, stop = Ledger(), threading.Event()
+    workers = [Worker(ledger, keys, Target(srv.url), 7 + i, stop) for i in range(3)]
     for w in workers:
         w.start()
     try:
-        time.sleep(1.5)
+        ledger.wait_for_acks(ACKS_BEFORE_KILL)
         with ledger.lock:  # everything acknowledged before the backup starts
             before = copy.deepcopy({"links": ledger.links, "installs": ledger.installs,
                                     "events": ledger.events})
@@ -168,7 +183,7 @@ def test_backup_during_load_holds_every_write_acknowledged_before_it(
                                srv.data_dir], capture_output=True, text=True, timeout=60,
                               check=False)
         assert done.returncode == 0, done.stderr
-        time.sleep(0.5)
+        ledger.wait_for_acks(ACKS_BEFORE_KILL // 3)  # the load went on after it
     finally:
         stop.set()
         for w in workers:

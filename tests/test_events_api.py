@@ -515,8 +515,6 @@ async def test_stored_events_reach_a_webhook_endpoint_as_conversions(
         store: Any, data_dir: str, tmp_path: Any) -> None:
     import json
 
-    import trio
-
     from actors.clock import SystemClock
     from tests.conftest import running_app
     from tests.webhook_receiver_fixture import (
@@ -535,11 +533,19 @@ async def test_stored_events_reach_a_webhook_endpoint_as_conversions(
         a = event("purchase", at=ev.at(), revenue=3, currency="EUR")
         b = event("signup", at=ev.at())
         assert (await ev.send([a, b, a]))[1] == {"accepted": 2, "duplicates": 1}
-        hits = await receiver.wait_for(2)
+        hits = list(await receiver.wait_for(2))
         assert (await ev.send([a]))[1] == {"accepted": 0, "duplicates": 1}
-        await trio.sleep(0.2)
+        # the duplicate is not published again: a later event is the third
+        # delivery made (the outbox is read in order), and the third one seen
+        c = event("later", at=ev.at())
+        assert (await ev.send([c]))[1] == {"accepted": 1, "duplicates": 0}
+        later = await receiver.wait_for(3)
+        await app.flush()
+        async with app.client("sk_test") as api:
+            made = (await api.get("/v1/webhooks/deliveries")).json()["data"]
+    assert len(made) == 3 and len(later) == 3
+    assert json.loads(later[2].request.body)["id"] == c["id"]
     bodies = sorted((json.loads(h.request.body) for h in hits), key=lambda p: p["data"]["name"])
-    assert len(receiver.hits) == 2  # the duplicate is not published again
     assert [p["type"] for p in bodies] == ["conversion", "conversion"]
     assert [p["id"] for p in bodies] == [a["id"], b["id"]]
     data = bodies[0]["data"]
