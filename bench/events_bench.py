@@ -34,6 +34,7 @@ from pathlib import Path
 
 import httpx
 
+from bench import wrk_mint
 from bench.target import Target
 
 EVENTS = "events-batch-100"
@@ -73,7 +74,7 @@ local function batch()
   return '{"installId":"' .. install .. '","events":[' .. table.concat(parts, ",") .. ']}'
 end
 request = function()
-  return wrk.format("POST", "@PATH@", nil, batch())
+  return wrk.format("POST", "@PATH@", write_headers(), batch())
 end
 """
 
@@ -110,8 +111,8 @@ def prepare_for(path: str) -> Callable[[str, Path], dict[str, str]]:
         (workdir / "installs.txt").write_text("".join(f"{i}\n" for i in installs))
         occurred = time.strftime("%Y-%m-%dT%H:%M:%S.123Z", time.gmtime())
         (workdir / "events.lua").write_text(
-            EVENT_LUA.replace("@COUNT@", str(PER_REQUEST)).replace("@PATH@", path)
-            .replace("@INSTALLS@", str(workdir / "installs.txt")))
+            wrk_mint.IDEM_LUA + EVENT_LUA.replace("@COUNT@", str(PER_REQUEST))
+            .replace("@PATH@", path).replace("@INSTALLS@", str(workdir / "installs.txt")))
         (workdir / "events-body.json").write_bytes(sample_body(installs[0], occurred))
         return auth
 

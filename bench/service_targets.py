@@ -144,10 +144,10 @@ def init_prepare(platform: str, settings: Mapping[str, object]
                     c.get(f"/{slug}", headers={"cf-ipcountry": ["SE", "NO", "FI", "DK"][i % 4]})
         body = ('{"installId":"%s","isFirstLaunch":true,"sdkVersion":"0.2.0",'
                 f'"platform":"{platform}","osVersion":"26.1"}}')
-        (workdir / "init.lua").write_text(UUID_LUA + f"""
+        (workdir / "init.lua").write_text(UUID_LUA + wrk_mint.IDEM_LUA + f"""
 local template = '{body}'
 request = function()
-  return wrk.format("POST", "/v1/sdk/init", nil, string.format(template, uuid4()))
+  return wrk.format("POST", "/v1/sdk/init", write_headers(), string.format(template, uuid4()))
 end
 """)
         (workdir / "init-body.json").write_text(body.replace("%s", "6f1c6b1e-3c1a-4b7e-9d2a-"
@@ -259,13 +259,14 @@ end
     body = ('{"installId":"%s","isFirstLaunch":true,"sdkVersion":"0.2.0",'
             '"platform":"android","osVersion":"14","installReferrer":"svc_token=%s&utm_source=bench"}')
     (workdir / "init-body.json").write_text(body % ("6f1c6b1e-3c1a-4b7e-9d2a-0c5b8f3e2a10", check))
-    (workdir / "init.lua").write_text(UUID_LUA + _lines_lua("tokens", tokens)
+    (workdir / "init.lua").write_text(UUID_LUA + wrk_mint.IDEM_LUA + _lines_lua("tokens", tokens)
                                       + wrk_mint.sequence_lua(workdir / "pos.txt") + f"""
 local template = {lua_string(body)}
 request = function()
   local i = seq_next()
   local token = tokens[(i - 1) % #tokens + 1]
-  return wrk.format("POST", "/v1/sdk/init", nil, string.format(template, uuid4(), token))
+  return wrk.format("POST", "/v1/sdk/init", write_headers(),
+                    string.format(template, uuid4(), token))
 end
 """)
     return {"authorization": f"Bearer {keys['pk_live']}"}
@@ -292,12 +293,12 @@ response = function(status, headers, body) mint_count(status == 302) end
     body = ('{"installId":"%s","isFirstLaunch":true,"sdkVersion":"0.2.0",'
             '"platform":"ios","osVersion":"26.1"}')
     (workdir / "init-body.json").write_text(body % "6f1c6b1e-3c1a-4b7e-9d2a-0c5b8f3e2a10")
-    (workdir / "init.lua").write_text(UUID_LUA + wrk_mint.IP_LUA
+    (workdir / "init.lua").write_text(UUID_LUA + wrk_mint.IP_LUA + wrk_mint.IDEM_LUA
                                       + wrk_mint.sequence_lua(workdir / "pos.txt") + f"""
 local template = {lua_string(body)}
 request = function()
   local i = seq_next()
-  return wrk.format("POST", "/v1/sdk/init", with_headers({{["X-Forwarded-For"] = seq_ip(i)}}),
+  return wrk.format("POST", "/v1/sdk/init", write_headers({{["X-Forwarded-For"] = seq_ip(i)}}),
                     string.format(template, uuid4()))
 end
 """)
@@ -314,11 +315,11 @@ def resolve_prepare(base_url: str, workdir: Path) -> dict[str, str]:
     (workdir / "resolve-body.json").write_text(json.dumps(
         {"url": links[0]["url"], "installId": installs[0]}))
     (workdir / "resolve.lua").write_text(
-        _lines_lua("urls", workdir / "urls.txt") + _lines_lua("installs", workdir / "installs.txt")
-        + """
+        wrk_mint.IDEM_LUA + _lines_lua("urls", workdir / "urls.txt")
+        + _lines_lua("installs", workdir / "installs.txt") + """
 math.randomseed(13)
 request = function()
-  return wrk.format("POST", "/v1/sdk/resolve", nil, string.format(
+  return wrk.format("POST", "/v1/sdk/resolve", write_headers(), string.format(
     '{"url":"%s","installId":"%s"}', urls[math.random(#urls)], installs[math.random(#installs)]))
 end
 """)
@@ -333,9 +334,9 @@ def handoff_create_prepare(base_url: str, workdir: Path) -> dict[str, str]:
     (workdir / "handoff-body.json").write_text(json.dumps(
         {"linkId": links[0]["id"], "userId": "bench-check-user", "expiresInSeconds": 3600}))
     (workdir / "handoff.lua").write_text(
-        UUID_LUA + _lines_lua("links", workdir / "link-ids.txt") + """
+        UUID_LUA + wrk_mint.IDEM_LUA + _lines_lua("links", workdir / "link-ids.txt") + """
 request = function()
-  return wrk.format("POST", "/v1/handoffs", nil, string.format(
+  return wrk.format("POST", "/v1/handoffs", write_headers(), string.format(
     '{"linkId":"%s","userId":"%s","expiresInSeconds":3600}', links[math.random(#links)], uuid4()))
 end
 """)
@@ -368,11 +369,11 @@ response = function(status, headers, body) mint_count(status == 201) end
     (workdir / "claim-body.json").write_text(json.dumps(
         {"userId": "bench-user-check", "installId": installs[0]}))
     (workdir / "claim.lua").write_text(
-        _lines_lua("installs", workdir / "installs.txt")
+        wrk_mint.IDEM_LUA + _lines_lua("installs", workdir / "installs.txt")
         + wrk_mint.sequence_lua(workdir / "pos.txt") + """
 math.randomseed(19)
 request = function()
-  return wrk.format("POST", "/v1/sdk/handoffs/claim", nil, string.format(
+  return wrk.format("POST", "/v1/sdk/handoffs/claim", write_headers(), string.format(
     '{"userId":"bench-user-%d","installId":"%s"}', seq_next(), installs[math.random(#installs)]))
 end
 """)

@@ -29,6 +29,45 @@ from bench.wrk import lua_string
 LOAD_SECONDS_ENV = "BENCH_LOAD_SECONDS"
 SKIP = 64
 
+# Every write the SDK sends carries a fresh Idempotency-Key (SPEC, "Endpoints"),
+# so every load script's writes do too: the service then records each answer
+# for replays, as it does for the SDK. The keys are random UUID-shaped strings
+# from a generator of their own (xorshift32 seeded from /dev/urandom), so the
+# scripts' math.random sequences, seeded for reproducible picks, are untouched
+# and every wrk process (warm-up, loaded, unloaded) sends keys never seen.
+IDEM_LUA = """
+local bit = require("bit")
+local idem_state
+do
+  local f = assert(io.open("/dev/urandom", "rb"))
+  local b = f:read(4)
+  f:close()
+  idem_state = bit.bor(((b:byte(1) * 256 + b:byte(2)) * 256 + b:byte(3)) * 256 + b:byte(4), 1)
+end
+local function idem_next()
+  local x = idem_state
+  x = bit.bxor(x, bit.lshift(x, 13))
+  x = bit.bxor(x, bit.rshift(x, 17))
+  x = bit.bxor(x, bit.lshift(x, 5))
+  idem_state = x
+  return bit.tohex(x, 8)
+end
+local function idem_key()
+  local a, b, c, d = idem_next(), idem_next(), idem_next(), idem_next()
+  return a .. "-" .. b:sub(1, 4) .. "-4" .. b:sub(6, 8) .. "-" .. c:sub(1, 4) .. "-"
+    .. c:sub(5, 8) .. d
+end
+-- wrk.format sends only the headers table it is given: wrk.headers, a new
+-- Idempotency-Key and ``extra``
+local function write_headers(extra)
+  local h = {}
+  for k, v in pairs(wrk.headers) do h[k] = v end
+  h["Idempotency-Key"] = idem_key()
+  if extra then for k, v in pairs(extra) do h[k] = v end end
+  return h
+end
+"""
+
 SEQUENCE_LUA = """
 local seq_file = @POSFILE@
 local seq_pos = 0
