@@ -10,6 +10,12 @@
 |                  |        | ``event_retention_days`` ago, with their dedup entries   |
 |                  |        | (aggregates stay; below 1 day: raw events are kept)      |
 
+A sweep deletes in writes of at most ``SLICE`` records each and goes on
+until one deletes fewer, so whatever expired since the last run goes in
+this run, at any traffic (one bounded slice an hour fell behind as soon as
+more than 10,000 records expired an hour), and other writes take turns
+between the slices.
+
 Expiry itself is exact without the sweeps: a token or handoff is judged
 against its ``expires_at_ms`` when used, and a window tap against the window.
 The sweeps bound what is kept. Each run persists the next run's deadline, so
@@ -31,6 +37,7 @@ from svc_engine.idempotency import RETENTION_MS
 from web.services import Services
 
 log = logging.getLogger("svc.housekeeping")
+SLICE = 10_000  # records deleted in one write transaction
 IDEM_SWEEP = "idem_sweep"
 ATTRIBUTION_SWEEP = "attribution_sweep"
 EVENTS_RETENTION = "events_retention"
@@ -45,9 +52,10 @@ class Housekeeper:
     def __attrs_post_init__(self) -> None:
         store, attribution = self.services.store, self.services.attribution
         self.jobs = {
-            IDEM_SWEEP: (3_600_000,
-                         lambda now: store.purge_responses(now - RETENTION_MS, 10_000)),
-            ATTRIBUTION_SWEEP: (600_000, attribution.sweep),
+            IDEM_SWEEP: (3_600_000, lambda now: _drain(
+                lambda: store.purge_responses(now - RETENTION_MS, SLICE))),
+            ATTRIBUTION_SWEEP: (600_000, lambda now: _drain(
+                lambda: attribution.sweep(now, SLICE))),
             EVENTS_RETENTION: (86_400_000, self._purge_events),
         }
 
@@ -83,3 +91,17 @@ class Housekeeper:
         d = Deadline(due_ms=due_ms, kind=kind, ref="all")
         await self.services.store.add_deadlines([d])
         self.services.timer.schedule_nowait(d)
+
+
+async def _drain(slice_: Callable[[], Awaitable[int | dict[str, int]]]) -> dict[str, int]:
+    """Run ``slice_`` (one write deleting at most ``SLICE`` records of each
+    kind; it returns the count, or the counts by kind) until a slice deletes
+    fewer than ``SLICE`` of every kind; the totals by kind."""
+    totals: dict[str, int] = {}
+    while True:
+        done = await slice_()
+        counts = done if isinstance(done, dict) else {"records": done}
+        for kind, n in counts.items():
+            totals[kind] = totals.get(kind, 0) + n
+        if all(n < SLICE for n in counts.values()):
+            return {kind: n for kind, n in totals.items() if n}

@@ -1,0 +1,62 @@
+"""The sweeps drain: each run deletes everything that expired, in writes of
+at most ``SLICE`` records, however much that is (real store, real actors)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import trio
+import trio.testing
+
+from svc_engine.idempotency import RETENTION_MS
+from tests.conftest import App
+from tests.deferred_helpers import ANDROID_UA, PLATFORMS, SDK, init_body, referrer_from_location
+from web import housekeeping
+from web.housekeeping import ATTRIBUTION_SWEEP, IDEM_SWEEP, Housekeeper
+
+DAY_MS = 86_400_000
+
+
+async def launch(app: App, key: str) -> None:
+    async with app.client("pk_test", **SDK, **{"idempotency-key": key}) as c:
+        r = await c.post("/v1/sdk/init", json=init_body(str(uuid.uuid4()), "android"))
+    assert r.status_code == 200, r.text
+
+
+async def test_the_idempotency_sweep_deletes_every_expired_record(
+        app: App, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(housekeeping, "SLICE", 3)
+    store, scope = app.services.store, f"{app.project_id}:test"
+    first = app.services.clock.now_ms()
+    old = [f"old-{i}" for i in range(7)]
+    for key in old:
+        await launch(app, key)
+    await trio.sleep(1)
+    await launch(app, "young")
+    _, job = Housekeeper(app.services).jobs[IDEM_SWEEP]
+    # one run, three slices of three or fewer: all seven, not just one slice
+    assert await job(first + RETENTION_MS + 500) == {"records": 7}
+    assert all(store.get_response(scope, key) is None for key in old)
+    assert store.get_response(scope, "young") is not None
+    assert await job(first + RETENTION_MS + 500) == {}
+
+
+async def test_the_attribution_sweep_deletes_every_expired_token(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(housekeeping, "SLICE", 2)
+    async with app.client("sk_test") as c:
+        assert (await c.patch("/v1/platforms", json=PLATFORMS)).status_code == 200
+        ln = (await c.post("/v1/links", json={"path": "/p"})).json()
+    tokens = []
+    async with app.client(**{"user-agent": ANDROID_UA}) as c:
+        for _ in range(5):
+            r = await c.get(f"/{ln['slug']}")
+            tokens.append(referrer_from_location(r.headers["location"]).split("=")[1])
+    attribution = app.services.attribution
+    assert all(attribution.get_token(t) is not None for t in tokens)
+    _, job = Housekeeper(app.services).jobs[ATTRIBUTION_SWEEP]
+    done = await job(app.services.clock.now_ms() + 8 * DAY_MS)
+    assert done["tokens"] == 5
+    assert all(attribution.get_token(t) is None for t in tokens)
