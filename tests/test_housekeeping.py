@@ -36,15 +36,19 @@ async def test_the_idempotency_sweep_deletes_every_expired_record(
     await trio.sleep(1)
     await launch(app, "young")
     _, job = Housekeeper(app.services).jobs[IDEM_SWEEP]
-    # one run, three slices of three or fewer: all seven, not just one slice
+    # one run, three slices of three or fewer: all seven, not just one slice,
+    # with a pause after each full slice
+    started = trio.current_time()
     assert await job(first + RETENTION_MS + 500) == {"records": 7}
+    assert trio.current_time() - started >= 2 * housekeeping.SLICE_PAUSE_S
     assert all(store.get_response(scope, key) is None for key in old)
     assert store.get_response(scope, "young") is not None
     assert await job(first + RETENTION_MS + 500) == {}
 
 
 async def test_the_attribution_sweep_deletes_every_expired_token(
-        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+        app: App, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(housekeeping, "SLICE", 2)
     async with app.client("sk_test") as c:
         assert (await c.patch("/v1/platforms", json=PLATFORMS)).status_code == 200
