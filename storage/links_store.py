@@ -16,7 +16,7 @@ import lmdb
 
 from storage import layout
 from storage.codec import decode, encode
-from storage.lmdb_store import LmdbStore
+from storage.lmdb_store import LmdbStore, prefix_keys
 from svc_engine.errors import InvalidDomain, LinkQuotaExceeded, NotFound, ValidationError
 from svc_engine.links import Link
 from svc_engine.platforms import Platforms
@@ -41,17 +41,10 @@ _SEQ_MAX = 0xFFFF
 def _listing_key(txn: lmdb.Transaction, db: lmdb._Database, at: bytes, lid: bytes) -> bytes:
     """The key for a new link created at ``at`` (``scope | ms``): one past
     the highest sequence of that millisecond."""
-    cur = txn.cursor(db=db)
-    ok = cur.set_range(layout.prefix_end(at))
-    ok = cur.prev() if ok else cur.last()
-    while ok:
-        k = bytes(cur.key())
-        if not k.startswith(at):
-            break
-        if len(k) == len(at) + 2 + 16:
+    for k in prefix_keys(txn, db, at, reverse=True):
+        if len(k) == len(at) + 2 + 16:  # keys without a sequence are passed over
             seq = min(_SEQ_MAX, int.from_bytes(k[len(at):len(at) + 2], "big") + 1)
             return at + seq.to_bytes(2, "big") + lid
-        ok = cur.prev()         # a key without a sequence: look further back
     return at + bytes(2) + lid
 
 
@@ -59,16 +52,7 @@ def _find_listing_key(txn: lmdb.Transaction, db: lmdb._Database, at: bytes,
                       lid: bytes) -> bytes | None:
     """The listing key of the link ``lid`` created at ``at``, with or without
     a sequence."""
-    cur = txn.cursor(db=db)
-    ok = cur.set_range(at)
-    while ok:
-        k = bytes(cur.key())
-        if not k.startswith(at):
-            return None
-        if k.endswith(lid):
-            return k
-        ok = cur.next()
-    return None
+    return next((k for k in prefix_keys(txn, db, at) if k.endswith(lid)), None)
 
 
 @attrs.frozen

@@ -488,3 +488,21 @@ def _deadline_key(d: Deadline) -> bytes:
 def _conforms(store: LmdbStore) -> Store:
     """mypy checks here that LmdbStore implements the Store protocol."""
     return store
+
+
+def prefix_keys(txn: lmdb.Transaction, db: Any, prefix: bytes, *,
+                reverse: bool = False) -> Iterator[bytes]:
+    """The keys of ``db`` that start with ``prefix``, in key order (or
+    reverse), read inside ``txn``."""
+    cur = txn.cursor(db=db)
+    if reverse:
+        ok = cur.set_range(layout.prefix_end(prefix))
+        ok = cur.prev() if ok else cur.last()
+    else:
+        ok = cur.set_range(prefix)
+    while ok:
+        key = bytes(cur.key())
+        if not key.startswith(prefix):
+            return
+        yield key
+        ok = cur.prev() if reverse else cur.next()

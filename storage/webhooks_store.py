@@ -37,15 +37,14 @@ back to an older state. The scans the actor uses itself (``open_deliveries``,
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import attrs
 import lmdb
 
 from storage import layout
 from storage.codec import decode, encode
-from storage.lmdb_store import LmdbStore
+from storage.lmdb_store import LmdbStore, prefix_keys
 from svc_engine.deadlines import Deadline
 from svc_engine.keys import Mode
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
@@ -177,7 +176,7 @@ class WebhookStore:
             db, prefix = self._by_project, layout.scope(project_id, mode.value)
         out: list[Delivery] = []
         with self.store.read() as txn:
-            for n, key in enumerate(_reverse_keys(txn, db, prefix)):
+            for n, key in enumerate(prefix_keys(txn, db, prefix, reverse=True)):
                 if n >= SCAN_CAP or len(out) >= limit:
                     break
                 raw = txn.get(key[-16:], db=self._deliveries)
@@ -288,7 +287,7 @@ class WebhookStore:
     def delete_endpoint(self, txn: lmdb.Transaction, endpoint: Endpoint) -> int:
         """Remove an endpoint and its whole delivery history; returns the count."""
         eid = layout.uid(endpoint.id)
-        keys = [bytes(k) for k in _forward_keys(txn, self._by_endpoint, eid)]
+        keys = [bytes(k) for k in prefix_keys(txn, self._by_endpoint, eid)]
         for key in keys:
             raw = txn.get(key[-16:], db=self._deliveries)
             if raw is not None:
@@ -301,26 +300,3 @@ class WebhookStore:
 
 def _nothing_newer(key: object) -> None:
     return None
-
-
-def _forward_keys(txn: lmdb.Transaction, db: Any, prefix: bytes) -> Iterator[bytes]:
-    cur = txn.cursor(db=db)
-    ok = cur.set_range(prefix)
-    while ok:
-        key = bytes(cur.key())
-        if not key.startswith(prefix):
-            return
-        yield key
-        ok = cur.next()
-
-
-def _reverse_keys(txn: lmdb.Transaction, db: Any, prefix: bytes) -> Iterator[bytes]:
-    cur = txn.cursor(db=db)
-    ok = cur.set_range(layout.prefix_end(prefix))
-    ok = cur.prev() if ok else cur.last()
-    while ok:
-        key = bytes(cur.key())
-        if not key.startswith(prefix):
-            return
-        yield key
-        ok = cur.prev()

@@ -69,10 +69,15 @@ class Ledger:
     def wait_for_acks(self, n: int, timeout: float = 60) -> None:
         """Block until ``n`` more writes are acknowledged than now."""
         with self.lock:
-            want = self.acks + n
-            if not self.changed.wait_for(lambda: self.acks >= want, timeout):
-                raise AssertionError(f"only {self.acks - want + n} of {n} writes were "
+            start = self.acks
+            if not self.changed.wait_for(lambda: self.acks >= start + n, timeout):
+                raise AssertionError(f"only {self.acks - start} of {n} writes were "
                                      f"acknowledged in {timeout} s")
+
+    def error(self, e: Exception) -> None:
+        """A wrong answer (not an acknowledged write: it does not count)."""
+        with self.lock:
+            self.errors.append(repr(e))
 
 
 class Worker(threading.Thread):
@@ -102,7 +107,7 @@ class Worker(threading.Thread):
             except (httpx.TransportError, httpx.ReadTimeout):
                 self.target.up.wait(30)  # the server is down or restarting
             except Exception as e:  # a wrong answer is a finding, not noise
-                self.ledger.note(lambda led, e=e: led.errors.append(repr(e)))
+                self.ledger.error(e)
 
     def _key(self) -> str:
         return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
