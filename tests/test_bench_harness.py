@@ -7,6 +7,8 @@ error and unit cases).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
 import pytest
 
@@ -235,3 +237,81 @@ def test_the_table_shows_the_service_side_p99_where_there_is_one() -> None:
     assert "| p99 c1 | p99 c1 in server | CPU µs/req |" in head
     assert "| 3.96 ms |  | " in base_row  # a baseline writes no access log
     assert "| 3.96 ms | 1.30 ms | " in path_row
+
+
+def _c1_json(requests: int, mean_us: float, p99_us: int, duration_us: int = 8_000_000) -> str:
+    return (
+        f'BENCH_JSON {{"requests": {requests}, "duration_us": {duration_us}, "bytes": 1, '
+        '"errors": {"connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0}, '
+        f'"latency_us": {{"min": 90, "max": 200000, "mean": {mean_us}, "stdev": 1.0, '
+        f'"p50": 800, "p75": 900, "p90": 1000, "p99": {p99_us}, "p99.9": 150000}}}}\n'
+    )
+
+
+# The record of session 12's 23:45 run (redirect-android-token, c1, 8 s):
+# 9,288 latencies of mean 3.16 ms add up to 29.4 s on one connection.
+IMPOSSIBLE_C1 = _c1_json(9288, 3164.0, 114_000)
+TRUE_C1 = _c1_json(9288, 850.0, 1100)
+
+
+def test_a_record_whose_latencies_outlast_the_run_is_impossible() -> None:
+    impossible, true = parse_wrk_output(IMPOSSIBLE_C1), parse_wrk_output(TRUE_C1)
+    assert impossible.busy_ratio(1) == pytest.approx(9288 * 3.164e-3 / 8.0, rel=1e-3)
+    assert not impossible.plausible(1)
+    assert true.plausible(1) and true.busy_ratio(1) == pytest.approx(0.987, abs=1e-3)
+    # 32 connections have 32 times the time: WRK_JSON's loaded run fills ~1.0 of it
+    loaded = parse_wrk_output(WRK_JSON)
+    assert loaded.plausible(32) and loaded.busy_ratio(32) == pytest.approx(1.0, abs=0.01)
+    assert not loaded.plausible(1)
+    # wrk's text rounds the mean: nothing to judge, so nothing is rejected
+    assert parse_wrk_output(WRK_TEXT).busy_ratio(1) is None
+    assert parse_wrk_output(WRK_TEXT).plausible(1)
+
+
+def _phase(text: str) -> PhaseResult:
+    return PhaseResult(connections=1, load=parse_wrk_output(text), server_cpu_s=1.0,
+                       wrk_argv=("wrk",))
+
+
+def test_an_impossible_unloaded_record_is_measured_again_and_noted(tmp_path: Path) -> None:
+    from bench.harness import measure_unloaded
+
+    records = iter([IMPOSSIBLE_C1, TRUE_C1])
+
+    def measure() -> PhaseResult:
+        text = next(records)
+        (tmp_path / "wrk-unloaded.txt").write_text(text)
+        return _phase(text)
+
+    phase, note = measure_unloaded(measure, tmp_path)
+    assert phase.load.p99_ms == pytest.approx(1.1)
+    assert (tmp_path / "wrk-unloaded.txt").read_text() == TRUE_C1
+    assert (tmp_path / "wrk-unloaded-discarded.txt").read_text() == IMPOSSIBLE_C1
+    assert note is not None
+    assert "9,288 latencies adding up to 3.7 times the 8.0 s run" in note
+    assert "p99 114 ms" in note and "(p99 1.1 ms, in the table)" in note
+    assert "impossible too" not in note
+
+
+def test_a_true_unloaded_record_is_measured_once(tmp_path: Path) -> None:
+    from bench.harness import measure_unloaded
+
+    calls = []
+
+    def measure() -> PhaseResult:
+        calls.append(1)
+        return _phase(TRUE_C1)
+
+    _, note = measure_unloaded(measure, tmp_path)
+    assert (len(calls), note) == (1, None)
+
+
+def test_a_second_impossible_record_is_kept_and_said(tmp_path: Path) -> None:
+    from bench.harness import measure_unloaded
+
+    def measure() -> PhaseResult:
+        (tmp_path / "wrk-unloaded.txt").write_text(IMPOSSIBLE_C1)
+        return _phase(IMPOSSIBLE_C1)
+
+    _, note = measure_unloaded(measure, tmp_path)
+    assert note is not None and "impossible too (3.7 times its run)" in note
