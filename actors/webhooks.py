@@ -172,7 +172,7 @@ class WebhookActor:
         all in memory, nor one huge transaction)."""
         await self._reload()
         now = self._clock.now_ms()
-        if PURGE_DEADLINE not in self._store.deadline_kinds():
+        if not self._store.deadline_kinds({PURGE_DEADLINE}):
             first = first_purge(now)
             await self._writes.write(lambda txn: self._store.put_deadline(txn, first))
         recovered = 0

@@ -7,7 +7,7 @@ microsecond). Writes are ops handed to the one ``Writer``; see writer.py.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -396,12 +396,23 @@ class LmdbStore:
         return [decode(Deadline, v)
                 for _, v in self.scan(b"deadlines", b"", start=start, limit=limit)]
 
-    def deadline_kinds(self) -> set[str]:
-        """The kinds of the persisted deadlines, read from their keys alone."""
+    def deadline_kinds(self, among: Collection[str] | None = None) -> set[str]:
+        """The kinds of the persisted deadlines, read from their keys alone;
+        with ``among``, those of them that are persisted, and the walk (in due
+        order) stops once all are found: a recurring job's deadline is due
+        soon, so a start does not read a backlog of millions of webhook
+        attempts to learn that it is there."""
         kinds: set[str] = set()
+        wanted = None if among is None else set(among)
         with self.read() as txn:
             for key in txn.cursor(db=self._db[b"deadlines"]).iternext(values=False):
-                kinds.add(bytes(key[8:bytes(key).index(0, 8)]).decode())
+                kind = bytes(key[8:bytes(key).index(0, 8)]).decode()
+                if wanted is None:
+                    kinds.add(kind)
+                elif kind in wanted:
+                    kinds.add(kind)
+                    if len(kinds) == len(wanted):
+                        break
         return kinds
 
     def put_deadline(self, txn: lmdb.Transaction, d: Deadline) -> None:

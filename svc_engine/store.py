@@ -8,7 +8,7 @@ writer); writes are async and return once durable.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 import attrs
@@ -54,7 +54,7 @@ class Store(Protocol):
     def get_response(self, scope: str, key: str) -> StoredResponse | None: ...
     def load_deadlines(self, *, after: Deadline | None = None,
                        limit: int | None = None) -> list[Deadline]: ...
-    def deadline_kinds(self) -> set[str]: ...
+    def deadline_kinds(self, among: Collection[str] | None = None) -> set[str]: ...
     def meta(self, name: str) -> bytes | None: ...
 
     # tenancy writes

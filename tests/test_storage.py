@@ -201,6 +201,22 @@ async def test_deadlines_read_after_one_in_deadline_order(store: LmdbStore) -> N
         assert store.load_deadlines(after=d, limit=2) == ordered[i + 1:i + 3]
     assert store.load_deadlines(after=Deadline(100, "webhook_attempt", "a0")) == ordered[3:]
     assert store.deadline_kinds() == {"webhook_attempt", "webhook", "z", "a"}
+    assert store.deadline_kinds({"a", "webhook", "nope"}) == {"a", "webhook"}
+    assert store.deadline_kinds({"nope"}) == set()
+
+
+async def test_asking_for_some_kinds_stops_once_they_are_found(store: LmdbStore) -> None:
+    # A recurring job's deadline is due soon; a backlog of webhook attempts due
+    # later is not read to learn that it is there. A key past the one wanted
+    # that the walk could not read proves the walk never got to it.
+    await store.add_deadlines([Deadline(50, "housekeeping:idem", "")])
+    await store.write(lambda txn: txn.put(
+        (10**6).to_bytes(8, "big") + b"no terminator", b"", db=store.db(b"deadlines")))
+    assert store.deadline_kinds({"housekeeping:idem"}) == {"housekeeping:idem"}
+    with pytest.raises(ValueError):
+        store.deadline_kinds()  # the whole walk does read it
+    await store.write(lambda txn: txn.delete(
+        (10**6).to_bytes(8, "big") + b"no terminator", db=store.db(b"deadlines")))
 
 
 async def test_duplicate_creation_is_a_conflict(store: LmdbStore) -> None:

@@ -71,7 +71,7 @@ class Housekeeper:
         return await EventsStore(self.services.store).purge(now_ms - days * 86_400_000)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        persisted = self.services.store.deadline_kinds()
+        persisted = self.services.store.deadline_kinds(self.jobs)
         for kind, (every, _) in self.jobs.items():
             self.services.timer.register(kind, self._on_deadline)
             if kind not in persisted:
