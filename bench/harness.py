@@ -191,7 +191,7 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning) -> Target
         if not loaded.load.plausible(profile.connections):
             notes.append(
                 f"wrk's record of the loaded run is impossible (its latencies add up to "
-                f"{loaded.load.busy_ratio(profile.connections):.1f} times the time "
+                f"{loaded.load.busy_ratio(profile.connections):.2f} times the time "
                 f"{profile.connections} connections had); its percentiles are not a measurement")
         said = target.note(workdir) if target.note is not None else None
         if said:
@@ -230,11 +230,11 @@ def impossible_note(first: WrkResult, again: WrkResult) -> str:
     """What the notes say when the first unloaded run was measured again."""
     text = (
         f"wrk's first unloaded record was impossible ({first.requests:,} latencies adding up "
-        f"to {first.busy_ratio(1):.1f} times the {first.duration_s:.1f} s run on one "
+        f"to {first.busy_ratio(1):.2f} times the {first.duration_s:.1f} s run on one "
         f"connection; p99 {first.p99_ms:.3g} ms), so the unloaded run was measured again "
         f"(p99 {again.p99_ms:.3g} ms, in the table)")
     if not again.plausible(1):
-        text += f"; that record is impossible too ({again.busy_ratio(1):.1f} times its run)"
+        text += f"; that record is impossible too ({again.busy_ratio(1):.2f} times its run)"
     return text
 
 

@@ -288,7 +288,7 @@ def test_an_impossible_unloaded_record_is_measured_again_and_noted(tmp_path: Pat
     assert (tmp_path / "wrk-unloaded.txt").read_text() == TRUE_C1
     assert (tmp_path / "wrk-unloaded-discarded.txt").read_text() == IMPOSSIBLE_C1
     assert note is not None
-    assert "9,288 latencies adding up to 3.7 times the 8.0 s run" in note
+    assert "9,288 latencies adding up to 3.67 times the 8.0 s run" in note
     assert "p99 114 ms" in note and "(p99 1.1 ms, in the table)" in note
     assert "impossible too" not in note
 
@@ -314,4 +314,4 @@ def test_a_second_impossible_record_is_kept_and_said(tmp_path: Path) -> None:
         return _phase(IMPOSSIBLE_C1)
 
     _, note = measure_unloaded(measure, tmp_path)
-    assert note is not None and "impossible too (3.7 times its run)" in note
+    assert note is not None and "impossible too (3.67 times its run)" in note
