@@ -5,6 +5,7 @@ twice, and the store opens clean. ``make soak`` runs it longer (SVC_SOAK=1)."""
 
 from __future__ import annotations
 
+import datetime
 import http.server
 import os
 import random
@@ -27,6 +28,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SOAK = os.environ.get("SVC_SOAK") == "1"
 ROUNDS = 12 if SOAK else 3
 WORKERS = 6 if SOAK else 4
+# every scaled retry wait (SVC_WEBHOOK_RETRY_SCALE 0.001 of svc_engine/webhook_retry.py's
+# 1 min .. 12 h: 74.2 s in all) and some room
+SETTLE_LIMIT_S = 90
+OVERDUE_MS = 10_000  # a retry not attempted this long after it was due is stuck
 ACKS_BEFORE_KILL = 300  # at most; about a second and a half of the load here
 ENV = {"SVC_RATE_LIMIT_PER_KEY": "0", "SVC_RATE_LIMIT_PER_CLIENT": "0",
        "SVC_WEBHOOK_RETRY_SCALE": "0.001"}  # test only: retries in milliseconds
@@ -68,6 +73,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def _ms(iso: str | None) -> float:
+    """Milliseconds since the epoch of an API timestamp (``...Z``); None: due now."""
+    if iso is None:
+        return time.time() * 1000
+    return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000
+
+
 def test_sigkill_under_mixed_load_loses_and_repeats_nothing(
         server_factory: type[ServerProcess]) -> None:
     seed = random.randrange(1 << 30)
@@ -105,16 +117,23 @@ def test_sigkill_under_mixed_load_loses_and_repeats_nothing(
         target.moved(target.url)  # no worker is left waiting for it
         for w in workers:
             w.join(10)
-    # Let the last deliveries settle (retries run in milliseconds here): each
-    # look at the deliveries waits for the receiver to see another request.
-    deadline = time.monotonic() + 30
+    # Let the last deliveries settle: each look at the deliveries waits for
+    # the receiver to see another request. Retries are scaled to milliseconds
+    # here, but a delivery the receiver failed four or five times in a row (it
+    # fails every fifth request) waits the scaled schedule's later steps, 7.2
+    # and 21.6 s: so no fixed wait, but the schedule's whole length as the
+    # limit, and a delivery whose retry is overdue (stuck) fails at once.
+    deadline = time.monotonic() + SETTLE_LIMIT_S
     with srv.client("sk_live") as c:
         while True:
             waiting = [d for status in WAITING for d in c.get(
                 "/v1/webhooks/deliveries", params={"status": status}).json()["data"]]
             if not waiting:
                 break
-            assert time.monotonic() < deadline, f"{len(waiting)} deliveries never settled"
+            overdue = [d for d in waiting if d["status"] == "Retrying"
+                       and _ms(d["nextAttemptAt"]) < time.time() * 1000 - OVERDUE_MS]
+            assert not overdue, f"retries overdue: {overdue}"
+            assert time.monotonic() < deadline, f"deliveries never settled: {waiting}"
             receiver.wait_for_a_request(timeout=0.5)
     srv.stop()
     receiver.shutdown()
