@@ -30,7 +30,7 @@ ROUNDS = 12 if SOAK else 3
 WORKERS = 6 if SOAK else 4
 # every scaled retry wait (SVC_WEBHOOK_RETRY_SCALE 0.001 of svc_engine/webhook_retry.py's
 # 1 min .. 12 h: 74.2 s in all) and some room
-SETTLE_LIMIT_S = 90
+SETTLE_LIMIT_S = 120
 OVERDUE_MS = 10_000  # a retry not attempted this long after it was due is stuck
 ACKS_BEFORE_KILL = 300  # at most; about a second and a half of the load here
 ENV = {"SVC_RATE_LIMIT_PER_KEY": "0", "SVC_RATE_LIMIT_PER_CLIENT": "0",
