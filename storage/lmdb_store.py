@@ -399,11 +399,13 @@ class LmdbStore:
     def deadline_kinds(self, among: Collection[str] | None = None) -> set[str]:
         """The kinds of the persisted deadlines, read from their keys alone;
         with ``among``, those of them that are persisted, and the walk (in due
-        order) stops once all are found: a recurring job's deadline is due
-        soon, so a start does not read a backlog of millions of webhook
-        attempts to learn that it is there."""
+        order) stops once all are found, so a start reads only the deadlines
+        due before the last of its recurring jobs', not a whole backlog of
+        webhook attempts behind them (0.75 s a million)."""
         kinds: set[str] = set()
         wanted = None if among is None else set(among)
+        if wanted is not None and not wanted:
+            return kinds
         with self.read() as txn:
             for key in txn.cursor(db=self._db[b"deadlines"]).iternext(values=False):
                 kind = bytes(key[8:bytes(key).index(0, 8)]).decode()
