@@ -278,7 +278,8 @@ def ios_network_prepare(base_url: str, workdir: Path) -> dict[str, str]:
     taps = network_taps()
     keys, _ = configure(base_url, workdir, {"probabilisticMatching": True,
                                             "probabilisticIpMatching": True})
-    wrk_mint.mint(base_url, _lines_lua("slugs", workdir / "slugs.txt") + wrk_mint.IP_LUA
+    wrk_mint.mint(base_url, _lines_lua("slugs", workdir / "slugs.txt")
+                  + wrk_mint.HEADERS_LUA + wrk_mint.IP_LUA
                   + wrk_mint.count_lua(taps + 1, wrk_mint.done_file(workdir, "taps")) + f"""
 wrk.headers["user-agent"] = {lua_string(IOS_UA)}
 local sent = 0

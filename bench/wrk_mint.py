@@ -35,7 +35,17 @@ SKIP = 64
 # from a generator of their own (xorshift32 seeded from /dev/urandom), so the
 # scripts' math.random sequences, seeded for reproducible picks, are untouched
 # and every wrk process (warm-up, loaded, unloaded) sends keys never seen.
-IDEM_LUA = """
+HEADERS_LUA = """
+-- wrk.format sends only the headers table it is given: wrk.headers and ``extra``
+local function with_headers(extra)
+  local h = {}
+  for k, v in pairs(wrk.headers) do h[k] = v end
+  for k, v in pairs(extra) do h[k] = v end
+  return h
+end
+"""
+
+IDEM_LUA = HEADERS_LUA + """
 local bit = require("bit")
 local idem_state
 do
@@ -57,13 +67,10 @@ local function idem_key()
   return a .. "-" .. b:sub(1, 4) .. "-4" .. b:sub(6, 8) .. "-" .. c:sub(1, 4) .. "-"
     .. c:sub(5, 8) .. d
 end
--- wrk.format sends only the headers table it is given: wrk.headers, a new
--- Idempotency-Key and ``extra``
+-- the headers of a write: wrk.headers, a new Idempotency-Key and ``extra``
 local function write_headers(extra)
-  local h = {}
-  for k, v in pairs(wrk.headers) do h[k] = v end
+  local h = with_headers(extra or {})
   h["Idempotency-Key"] = idem_key()
-  if extra then for k, v in pairs(extra) do h[k] = v end end
   return h
 end
 """
@@ -86,13 +93,6 @@ end
 """
 
 IP_LUA = """
--- wrk.format uses the headers table it is given instead of wrk.headers: merge them
-local function with_headers(extra)
-  local h = {}
-  for k, v in pairs(wrk.headers) do h[k] = v end
-  for k, v in pairs(extra) do h[k] = v end
-  return h
-end
 local function seq_ip(i)
   return string.format("10.%d.%d.%d", math.floor(i / 65536) % 256,
                        math.floor(i / 256) % 256, i % 256)

@@ -409,11 +409,9 @@ class LmdbStore:
         with self.read() as txn:
             for key in txn.cursor(db=self._db[b"deadlines"]).iternext(values=False):
                 kind = bytes(key[8:bytes(key).index(0, 8)]).decode()
-                if wanted is None:
+                if wanted is None or kind in wanted:
                     kinds.add(kind)
-                elif kind in wanted:
-                    kinds.add(kind)
-                    if len(kinds) == len(wanted):
+                    if kinds == wanted:
                         break
         return kinds
 

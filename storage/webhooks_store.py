@@ -287,7 +287,7 @@ class WebhookStore:
     def delete_endpoint(self, txn: lmdb.Transaction, endpoint: Endpoint) -> int:
         """Remove an endpoint and its whole delivery history; returns the count."""
         eid = layout.uid(endpoint.id)
-        keys = [bytes(k) for k in prefix_keys(txn, self._by_endpoint, eid)]
+        keys = list(prefix_keys(txn, self._by_endpoint, eid))
         for key in keys:
             raw = txn.get(key[-16:], db=self._deliveries)
             if raw is not None:
