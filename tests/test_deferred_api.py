@@ -393,3 +393,20 @@ async def test_network_hash_match_and_deletion(app: App,
     assert app.services.attribution.window(app.project_id, "test", 0) == []
     raw = b"".join(v for _, v in app.services.store.scan(b"click_window", b""))
     assert raw == b""
+
+
+async def test_first_launch_answer_is_the_stored_replay(app: App) -> None:
+    """The first answer and its replays are the same bytes: the one rendering
+    stored with the launch (web/idem.py's IdemSlot.respond)."""
+    await setup(app)
+    ln = await link(app)
+    referrer = referrer_from_location(await tap(app, ln["slug"], ANDROID_UA))
+    async with app.client("pk_test", **SDK, **{"idempotency-key": "launch-9"}) as c:
+        body = init_body(new_install(), "android", referrer=referrer)
+        first = await c.post("/v1/sdk/init", json=body)
+        replay = await c.post("/v1/sdk/init", json=body)
+    stored = app.services.store.get_response(f"{app.project_id}:test", "launch-9")
+    assert stored is not None and first.status_code == 200
+    assert first.content == stored.body == replay.content
+    assert "idempotent-replayed" not in first.headers
+    assert replay.headers["idempotent-replayed"] == "true"

@@ -134,9 +134,9 @@ def register(api: Api) -> None:
     analytics = AnalyticsStore(services.store)
     ok = json_render(200)
 
-    def batch_json(value: object) -> object:
+    def answer(value: object) -> tuple[int, str, bytes]:
         assert isinstance(value, BatchResult)
-        return value.to_json()
+        return ok(value.to_json())
 
     async def track(req: Request) -> Response:
         ctx = api.sdk_auth(req)
@@ -152,8 +152,8 @@ def register(api: Api) -> None:
         async def run(slot: IdemSlot) -> Response:
             result = await events.record_batch(
                 project_id=ctx.project.id, mode=ctx.mode, install_id=install_id,
-                events=new, idem=slot.write(lambda v: ok(batch_json(v))))
-            return json_response(200, result.to_json())
+                events=new, idem=slot.write(answer))
+            return slot.respond(result, answer)
 
         return await api.idem.run(req, ctx.scope, body, run)
 

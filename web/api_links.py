@@ -65,11 +65,14 @@ def register(api: Api) -> None:
                         mode=ctx.mode, domain=domain, slug=slug, now_ms=now)
         render = json_render(201)
 
+        def answer(v: object) -> tuple[int, str, bytes]:
+            return render(link_json(v))
+
         async def run(slot: IdemSlot) -> Response:
             created = await services.links.create(
                 link, org_id=ctx.org.id, quota=QUOTAS[ctx.org.plan].links,
-                idem=slot.write(lambda v: render(link_json(v))))
-            return json_response(201, link_json(created))
+                idem=slot.write(answer))
+            return slot.respond(created, answer)
 
         return await api.idem.run(req, ctx.scope, body, run)
 
@@ -122,13 +125,15 @@ def register(api: Api) -> None:
         patch = parse_link_update(await req.json(api.max_body), now_ms=services.clock.now_ms())
         render = json_render(200)
 
+        def answer(v: object) -> tuple[int, str, bytes]:
+            return render(link_json(v))
+
         async def run(slot: IdemSlot) -> Response:
             now = services.clock.now_ms()
             updated = await services.links.update(
                 ctx.project.id, ctx.mode.value, lid,
-                lambda old: apply_link_patch(old, patch, now_ms=now),
-                slot.write(lambda v: render(link_json(v))))
-            return json_response(200, link_json(updated))
+                lambda old: apply_link_patch(old, patch, now_ms=now), slot.write(answer))
+            return slot.respond(updated, answer)
 
         return await api.idem.run(req, ctx.scope, body, run)
 
@@ -142,11 +147,14 @@ def register(api: Api) -> None:
             assert isinstance(v, Link)
             return {"id": v.id, "deleted": True}
 
+        def answer(v: object) -> tuple[int, str, bytes]:
+            return render(gone(v))
+
         async def run(slot: IdemSlot) -> Response:
             deleted = await services.links.delete(ctx.project.id, ctx.mode.value, lid,
                                                   ctx.org.id, services.clock.now_ms(),
-                                                  slot.write(lambda v: render(gone(v))))
-            return json_response(200, gone(deleted))
+                                                  slot.write(answer))
+            return slot.respond(deleted, answer)
 
         return await api.idem.run(req, ctx.scope, body, run)
 
@@ -191,11 +199,13 @@ def register(api: Api) -> None:
         data = await req.json(api.max_body)
         render = json_render(200)
 
+        def answer(v: object) -> tuple[int, str, bytes]:
+            return render(platforms_json(v))
+
         async def run(slot: IdemSlot) -> Response:
             new = apply_platforms_patch(services.links.platforms(ctx.project.id), data)
-            saved = await services.links.put_platforms(
-                ctx.project.id, new, slot.write(lambda v: render(platforms_json(v))))
-            return json_response(200, saved.to_json())
+            saved = await services.links.put_platforms(ctx.project.id, new, slot.write(answer))
+            return slot.respond(saved, answer)
 
         return await api.idem.run(req, ctx.scope, body, run)
 

@@ -35,7 +35,7 @@ from svc_engine.sdk_requests import (
 from svc_engine.settings import DeferredSettings
 from web.auth import KeyContext
 from web.client_facts import ClientFacts
-from web.http import Request, Response, json_response
+from web.http import Request, Response
 from web.idem import IdemSlot, json_render
 
 if TYPE_CHECKING:
@@ -75,6 +75,15 @@ def register(api: Api) -> None:
         return resolved(value.link, deferred=True, confidence=Confidence.DETERMINISTIC.value,
                         method=Method.AUTHENTICATED_HANDOFF.value)
 
+    def answer_launch(value: object) -> tuple[int, str, bytes]:
+        return ok(launch_json(value))
+
+    def answer_open(value: object) -> tuple[int, str, bytes]:
+        return ok(open_json(value))
+
+    def answer_claim(value: object) -> tuple[int, str, bytes]:
+        return ok(claim_json(value))
+
     async def submit_and_wait(ctx: KeyContext,
                               build: Callable[[DeferredSettings], Op[T]]) -> T:
         actor = await services.registry.get(ctx.project.id)
@@ -94,13 +103,13 @@ def register(api: Api) -> None:
         event_id = new_id(services.random(16))
 
         async def run(slot: IdemSlot) -> Response:
-            idem = slot.write(lambda v: ok(launch_json(v)))
+            idem = slot.write(answer_launch)
             result = await submit_and_wait(ctx, lambda settings: services.attribution
                                            .first_launch_op(
                 project_id=ctx.project.id, mode=ctx.mode, install=install,
                 is_first_launch=report.is_first_launch, launch=launch, settings=settings,
                 net_hash=net, now_ms=now, event_id=event_id, idem=idem))
-            return json_response(200, launch_json(result))
+            return slot.respond(result, answer_launch)
 
         return await api.idem.run(req, ctx.scope, body, run)
 
@@ -131,12 +140,12 @@ def register(api: Api) -> None:
         open_id = new_id(services.random(16))
 
         async def run(slot: IdemSlot) -> Response:
-            idem = slot.write(lambda v: ok(open_json(v)))
+            idem = slot.write(answer_open)
             result = await submit_and_wait(ctx, lambda settings: services.attribution.open_op(
                 project_id=ctx.project.id, mode=ctx.mode, link=link,
                 install_id=opened.install_id, platform_hint=hint, landing=landing,
                 now_ms=now, open_id=open_id, idem=idem))
-            return json_response(200, open_json(result))
+            return slot.respond(result, answer_open)
 
         return await api.idem.run(req, ctx.scope, body, run)
 
@@ -149,11 +158,11 @@ def register(api: Api) -> None:
         open_id = new_id(services.random(16))
 
         async def run(slot: IdemSlot) -> Response:
-            idem = slot.write(lambda v: ok(claim_json(v)))
+            idem = slot.write(answer_claim)
             result = await submit_and_wait(ctx, lambda settings: services.attribution.claim_op(
                 project_id=ctx.project.id, mode=ctx.mode, user_hash=hashed,
                 install_id=request.install_id, now_ms=now, open_id=open_id, idem=idem))
-            return json_response(200, claim_json(result))
+            return slot.respond(result, answer_claim)
 
         return await api.idem.run(req, ctx.scope, body, run)
 
@@ -161,6 +170,11 @@ def register(api: Api) -> None:
         assert isinstance(value, Handoff)
         return {"id": value.id, "linkId": value.link_id, "expiresAt": iso_utc(value.expires_at_ms),
                 "createdAt": iso_utc(value.created_at_ms)}
+
+    created = json_render(201)
+
+    def answer_handoff(value: object) -> tuple[int, str, bytes]:
+        return created(handoff_json(value))
 
     async def create_handoff(req: Request) -> Response:
         ctx = api.server_auth(req)
@@ -183,13 +197,10 @@ def register(api: Api) -> None:
                           user_hash=user_hash(ctx.project.salt, request.user_id),
                           mode=ctx.mode, created_at_ms=now,
                           expires_at_ms=handoff_expiry(now, request.expires_in_seconds))
-        created = json_render(201)
-
         async def run(slot: IdemSlot) -> Response:
             saved = await services.attribution.create_handoff(
-                ctx.project.id, handoff, slot.write(lambda v: created(handoff_json(v))),
-                svc_token=request.svc_token)
-            return json_response(201, handoff_json(saved))
+                ctx.project.id, handoff, slot.write(answer_handoff), svc_token=request.svc_token)
+            return slot.respond(saved, answer_handoff)
 
         return await api.idem.run(req, ctx.scope, body, run)
 

@@ -36,9 +36,13 @@ def register(api: Api) -> None:
 
         async def run(slot: IdemSlot) -> Response:
             render = json_render(200)
+
+            def answer(value: object) -> tuple[int, str, bytes]:
+                return render(_json(value))
+
             actor = await services.registry.get(ctx.project.id)
-            new = await actor.patch_settings(patch, slot.write(lambda s: render(_json(s))))
-            return json_response(200, new.to_json())
+            new = await actor.patch_settings(patch, slot.write(answer))
+            return slot.respond(new, answer)
 
         return await api.idem.run(req, ctx.scope, body, run)
 

@@ -97,8 +97,12 @@ def register(api: Api) -> None:
 
         async def run(slot: IdemSlot) -> Response:
             render = json_render(status)
-            result = await effect(slot.write(lambda value: render(out(value))))
-            return json_response(status, out(result))
+
+            def answer(value: object) -> tuple[int, str, bytes]:
+                return render(out(value))
+
+            result = await effect(slot.write(answer))
+            return slot.respond(result, answer)
 
         return await api.idem.run(req, ctx.scope, body, run)
 

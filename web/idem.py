@@ -24,16 +24,41 @@ Render = Callable[[object], tuple[int, str, bytes]]
 
 
 class IdemSlot:
-    """Given to a write handler: builds the IdemWrite for its store operation."""
+    """Given to a write handler: builds the IdemWrite for its store operation,
+    then answers with :meth:`respond`.
+
+    The writer renders the answer it stores for replays; the slot remembers
+    that rendering, and :meth:`respond` sends the same bytes to the first
+    request when they were rendered from the very value the write returned
+    (an op may run twice: only its last run's value is returned). So the
+    first answer and its replays are one rendering, made once.
+    """
 
     def __init__(self, scope: str, key: str | None, fp: bytes, now_ms: int) -> None:
         self.scope, self.key, self.fp, self.now_ms = scope, key, fp, now_ms
+        self._rendered: tuple[object, tuple[int, str, bytes]] | None = None
 
     def write(self, render: Render) -> IdemWrite | None:
         if self.key is None:
             return None
+
+        def remembered(value: object) -> tuple[int, str, bytes]:
+            out = render(value)
+            self._rendered = (value, out)  # in the writer's thread, before the commit
+            return out
+
         return IdemWrite(scope=self.scope, key=self.key, fingerprint=self.fp,
-                         now_ms=self.now_ms, render=render)
+                         now_ms=self.now_ms, render=remembered)
+
+    def respond(self, value: object, render: Render) -> Response:
+        """The answer for ``value``, the result of the write given this slot's
+        IdemWrite: the stored rendering when it is of ``value``, else ``render``'s."""
+        kept = self._rendered
+        status, ctype, body = kept[1] if kept is not None and kept[0] is value else render(value)
+        return Response(status, body, [(b"content-type", _CTYPES.get(ctype) or ctype.encode())])
+
+
+_CTYPES = {"application/json": b"application/json"}
 
 
 def json_render(status: int) -> Render:
