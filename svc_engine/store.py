@@ -28,7 +28,9 @@ class IdemWrite:
     The web layer holds a per-key lock while the write runs, so no second request
     with the same key is in flight; this record makes the effect and the replayable
     response atomic across crashes. ``render`` must be deterministic: the web layer
-    renders the first response with it too.
+    answers the first request with the bytes it rendered here when they are of
+    the value the write returned (web/idem.py, ``IdemSlot.respond``), and
+    renders that value with it otherwise.
     """
 
     scope: str  # project id and mode
