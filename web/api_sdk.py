@@ -197,6 +197,7 @@ def register(api: Api) -> None:
                           user_hash=user_hash(ctx.project.salt, request.user_id),
                           mode=ctx.mode, created_at_ms=now,
                           expires_at_ms=handoff_expiry(now, request.expires_in_seconds))
+
         async def run(slot: IdemSlot) -> Response:
             saved = await services.attribution.create_handoff(
                 ctx.project.id, handoff, slot.write(answer_handoff), svc_token=request.svc_token)
