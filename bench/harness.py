@@ -139,13 +139,16 @@ def ensure_wrk() -> None:
         raise BenchFailed("wrk is missing and bench/setup.sh could not install it")
 
 
-def measure_target(target: Target, profile: Profile, pinning: Pinning) -> TargetResult:
-    """Run one target through start, readiness, warm-up, both measurements and stop."""
+def measure_target(target: Target, profile: Profile, pinning: Pinning, *,
+                   root: Path = REPO_ROOT) -> TargetResult:
+    """Run one target through start, readiness, warm-up, both measurements and
+    stop. ``root``: the checkout whose service the server runs (bench/ab.py
+    passes another revision's)."""
     workdir = OUT_DIR / target.name
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    server = _start(target, workdir, pinning)
+    server = _start(target, workdir, pinning, root)
     values = {"python": sys.executable, "port": str(server.port), "workdir": str(workdir)}
     note = None
     try:
@@ -238,7 +241,8 @@ def impossible_note(first: WrkResult, again: WrkResult) -> str:
     return text
 
 
-def _start(target: Target, workdir: Path, pinning: Pinning) -> RunningServer:
+def _start(target: Target, workdir: Path, pinning: Pinning,
+           root: Path = REPO_ROOT) -> RunningServer:
     """Start the server, retrying on a new port if it dies (e.g. the port was taken)."""
     last: BenchFailed | None = None
     for attempt in range(START_ATTEMPTS):
@@ -247,7 +251,7 @@ def _start(target: Target, workdir: Path, pinning: Pinning) -> RunningServer:
         server = start_server(
             target.server_argv(values),
             port=port,
-            cwd=REPO_ROOT,
+            cwd=root,
             env=dict(target.env),
             cpus=target.server_cpus if pinning.enabled else None,
             log_path=workdir / f"server-{attempt}.log",

@@ -1,0 +1,78 @@
+"""bench/ab.py: sides, the alternating order, the summary, and the checkouts."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.ab import Sample, Side, checkouts, parse_side, round_order, summarize
+
+
+def test_a_side_is_a_label_a_revision_and_settings() -> None:
+    assert parse_side("base=HEAD~1") == Side("base", "HEAD~1")
+    assert parse_side("knob=.:SVC_A=1:SVC_B=x=y") == Side(
+        "knob", ".", (("SVC_A", "1"), ("SVC_B", "x=y")))
+
+
+@pytest.mark.parametrize("text", ["base", "=HEAD", "base=", "base=:A=1", "b=HEAD:novalue",
+                                  "b=HEAD:=1"])
+def test_a_malformed_side_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_side(text)
+
+
+def test_odd_rounds_reverse_the_order() -> None:
+    sides = [Side("a", "."), Side("b", "."), Side("c", ".")]
+    assert [s.label for s in round_order(sides, 0)] == ["a", "b", "c"]
+    assert [s.label for s in round_order(sides, 1)] == ["c", "b", "a"]
+    assert [s.label for s in round_order(sides, 2)] == ["a", "b", "c"]
+
+
+def _sample(round_: int, side: str, rps: float, cpu: float = 300.0) -> Sample:
+    return Sample(round=round_, side=side, target="init-ios-network", rps=rps, cpu_us=cpu,
+                  c1_p50_ms=1.0 + round_ / 10, c1_p99_ms=2.0, server_p99_ms=1.5)
+
+
+def test_the_summary_gives_medians_and_rounds_won_against_the_first_side() -> None:
+    sides = [Side("base", "HEAD~1"), Side("new", "HEAD")]
+    samples = [_sample(0, "base", 2000), _sample(0, "new", 2200),
+               _sample(1, "new", 2100), _sample(1, "base", 2600),   # drift: base wins
+               _sample(2, "base", 2400), _sample(2, "new", 2500),
+               _sample(3, "new", 2300, cpu=320), _sample(3, "base", 2200, cpu=310)]
+    text = summarize(samples, sides)
+    assert text.splitlines()[0] == "init-ios-network:"
+    base, new = text.splitlines()[1:]
+    assert "median of 4: c32    2,300/s" in base and "CPU 300" in base and "rounds" not in base
+    assert "median of 4: c32    2,250/s" in new
+    assert "0.98 of base's c32, faster in 3 of 4 rounds" in new
+    assert "c1 p50 1.150 ms" in new
+
+
+def test_this_checkout_is_used_as_it_is_and_a_revision_gets_a_worktree(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                              text=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "ab@example.com")
+    git("config", "user.name", "ab")
+    (repo / "version.txt").write_text("one\n")
+    git("add", "version.txt")
+    git("commit", "-qm", "one")
+    (repo / "version.txt").write_text("two\n")
+    git("commit", "-qam", "two")
+    (repo / "version.txt").write_text("uncommitted\n")
+    (repo / ".venv").mkdir()
+    with checkouts([Side("here", "."), Side("old", "HEAD~1")], repo) as roots:
+        assert roots["here"] == repo
+        old = roots["old"]
+        assert (old / "version.txt").read_text() == "one\n"
+        assert (old / ".venv").resolve() == (repo / ".venv").resolve()
+        assert str(old) in git("worktree", "list")
+    assert not old.exists()
+    assert str(old) not in git("worktree", "list")
