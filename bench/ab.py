@@ -66,20 +66,23 @@ class Sample:
     c1_p50_ms: float
     c1_p99_ms: float
     server_p99_ms: float | None
+    steal_s: float = 0.0
+    """CPU time the hypervisor took from the machine during the c32 run."""
 
     @classmethod
     def of(cls, round_: int, side: str, result: TargetResult) -> Sample:
         return cls(round=round_, side=side, target=result.name, rps=result.loaded.load.rps,
                    cpu_us=result.loaded.cpu_us_per_request,
                    c1_p50_ms=result.unloaded.load.p50_ms, c1_p99_ms=result.unloaded.load.p99_ms,
-                   server_p99_ms=result.unloaded.server_p99_ms)
+                   server_p99_ms=result.unloaded.server_p99_ms,
+                   steal_s=result.loaded.steal_s)
 
     def line(self) -> str:
         cpu = f"{self.cpu_us:.0f}" if self.cpu_us is not None else "-"
         server = f"{self.server_p99_ms:.2f}" if self.server_p99_ms is not None else "-"
         return (f"round {self.round} {self.side:<10} {self.target:<26} c32 {self.rps:8,.0f}/s "
                 f"CPU {cpu:>5} µs/req | c1 p50 {self.c1_p50_ms:.3f} ms p99 "
-                f"{self.c1_p99_ms:.3f} ms (service {server} ms)")
+                f"{self.c1_p99_ms:.3f} ms (service {server} ms) | steal {self.steal_s:.2f} s")
 
 
 def parse_side(text: str) -> Side:
