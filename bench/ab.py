@@ -165,7 +165,9 @@ def checkouts(sides: Sequence[Side], repo: Path = REPO_ROOT) -> Iterator[dict[st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.ab",
+        description="A/B of service paths at revisions or settings, in alternating rounds")
     parser.add_argument("--target", action="append", required=True,
                         help="a service path of bench/targets.py (repeat for more)")
     parser.add_argument("--side", action="append", required=True, metavar="LABEL=REV[:K=V]",
@@ -181,6 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(e))
     if len(sides) < 2 or len({s.label for s in sides}) != len(sides):
         parser.error("give two or more sides with different labels")
+    if not targets:
+        parser.error("name a service path: the baselines do not depend on the side")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     ensure_wrk()
     profile = Profile("ab", warmup_s=1, loaded_s=args.loaded, unloaded_s=args.unloaded,
                       paired_s=0)
