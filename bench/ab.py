@@ -127,9 +127,10 @@ def summarize(samples: Sequence[Sample], sides: Sequence[Side]) -> str:
             rps = statistics.median(s.rps for s in own)
             cpus = [s.cpu_us for s in own if s.cpu_us is not None]
             cpu = f"{statistics.median(cpus):.0f}" if cpus else "-"
-            text = (f"  {side.label:<10} median of {len(own)}: c32 {rps:8,.0f}/s, CPU {cpu} µs/req,"
-                    f" c1 p50 {statistics.median(s.c1_p50_ms for s in own):.3f} ms,"
-                    f" p99 {statistics.median(s.c1_p99_ms for s in own):.3f} ms")
+            p50 = statistics.median(s.c1_p50_ms for s in own)
+            p99 = statistics.median(s.c1_p99_ms for s in own)
+            text = (f"  {side.label:<10} median of {len(own)}: c32 {rps:8,.0f}/s,"
+                    f" CPU {cpu} µs/req, c1 p50 {p50:.3f} ms, p99 {p99:.3f} ms")
             if side.label != first and base_rps:
                 paired = [s for s in own if s.round in base_rounds]
                 won = sum(1 for s in paired if s.rps > base_rounds[s.round])

@@ -22,8 +22,9 @@ base URL and the work directory, and can create links or write the slug list
 that ``paths_file`` names. The environment variable ``BENCH_LOAD_SECONDS``
 then holds the seconds of load to come (all phases, and room for the
 unloaded phase measured again when wrk's record of it is impossible), so a
-hook can make as much consumable state as the run will use. ``note`` runs after the load and
-may return a line for the run's notes (e.g. how much of that state was used).
+hook can make as much consumable state as the run will use. ``note`` runs
+after the load and may return a line for the run's notes (e.g. how much of
+that state was used).
 """
 
 from __future__ import annotations

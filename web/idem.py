@@ -55,10 +55,7 @@ class IdemSlot:
         IdemWrite: the stored rendering when it is of ``value``, else ``render``'s."""
         kept = self._rendered
         status, ctype, body = kept[1] if kept is not None and kept[0] is value else render(value)
-        return Response(status, body, [(b"content-type", _CTYPES.get(ctype) or ctype.encode())])
-
-
-_CTYPES = {"application/json": b"application/json"}
+        return Response(status, body, [(b"content-type", ctype.encode())])
 
 
 def json_render(status: int) -> Render:
