@@ -1,6 +1,7 @@
 """Single-use ``svc_token``: carried in the store install referrer (Android) and
 in web fallback redirects (SPEC "Single-use token", "Handoff and token
-lifecycle"). Random, used once, expires 7 days after issue, exactly.
+lifecycle"). Random after a prefix of its issue time, used once, expires 7
+days after issue, exactly.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from svc_engine.keys import Mode
 
 DAY_MS = 24 * 60 * 60_000
 TOKEN_TTL_MS = 7 * DAY_MS
+_TIME_LIMIT_MS = 16 ** 12  # twelve hex digits of milliseconds: until the year 10889
 
 
 class TokenState(enum.StrEnum):
@@ -40,10 +42,22 @@ class Token:
 
     @classmethod
     def issue(cls, random_bytes: bytes, *, link_id: str, mode: Mode, now_ms: int) -> Token:
-        """A fresh token: 16 or more random bytes as unpadded base64url, 7-day life."""
+        """A fresh token with a 7-day life: its issue time as 12 lowercase hex
+        digits (milliseconds), then 16 to 32 random bytes as unpadded base64url.
+
+        The time leads so that tokens sort by issue time: the store keys them
+        by their text, so a token is written next to the ones issued just
+        before it (and consumed, mostly, near the ones issued with it) rather
+        than on a random page of the tree. The random part alone makes the
+        token unguessable; the time it reveals is the tap's, which whoever
+        holds the token saw happen. Tokens issued before this format (the
+        random part alone) are looked up the same way."""
         if len(random_bytes) < 16:
             raise ValueError("a token needs at least 16 random bytes")
-        text = base64.urlsafe_b64encode(random_bytes[:32]).rstrip(b"=").decode("ascii")
+        if not 0 <= now_ms < _TIME_LIMIT_MS:
+            raise ValueError("a token's issue time is 0 to 16**12 - 1 milliseconds")
+        text = (f"{now_ms:012x}"
+                + base64.urlsafe_b64encode(random_bytes[:32]).rstrip(b"=").decode("ascii"))
         return cls(token=text, link_id=link_id, mode=mode, issued_at_ms=now_ms,
                    expires_at_ms=now_ms + TOKEN_TTL_MS)
 

@@ -99,13 +99,28 @@ def test_token_issue_lives_seven_days_and_fits_a_referrer() -> None:
     t = Token.issue(bytes(range(16)), link_id=LINK_A, mode=TEST, now_ms=NOW)
     assert TOKEN_TTL_MS == 7 * DAY
     assert (t.issued_at_ms, t.expires_at_ms, t.used) == (NOW, NOW + 7 * DAY, False)
-    assert len(t.token) == 22
+    assert t.token == f"{NOW:012x}" + "AAECAwQFBgcICQoLDA0ODw" and len(t.token) == 34
     assert parse_install_referrer(f"svc_token={t.token}&utm_source=x") == t.token
     assert token_state(t, NOW + 7 * DAY - 1) is TokenState.VALID
     assert token_state(t, NOW + 7 * DAY) is TokenState.EXPIRED
     assert token_state(t.consumed(), NOW) is TokenState.USED
     with pytest.raises(ValueError, match="16 random bytes"):
         Token.issue(b"short", link_id=LINK_A, mode=TEST, now_ms=NOW)
+
+
+def test_tokens_sort_by_issue_time_whatever_their_random_part() -> None:
+    """The store keys tokens by their text: a token issued later sorts after,
+    so tokens issued together are written (and mostly consumed) together."""
+    times = [0, 9, 10, 255, 256, NOW - 1, NOW, NOW + 1, 16 ** 12 - 1]
+    issued = [Token.issue(bytes([255 - i] * 24), link_id=LINK_A, mode=TEST, now_ms=ms)
+              for i, ms in enumerate(times)]
+    assert [t.token for t in issued] == sorted(t.token for t in issued)
+    assert all(len(t.token) == 44 and t.token[:12] == f"{t.issued_at_ms:012x}"
+               for t in issued)
+    assert len({t.token[12:] for t in issued}) == len(times)
+    for ms in (-1, 16 ** 12):
+        with pytest.raises(ValueError, match="issue time"):
+            Token.issue(bytes(24), link_id=LINK_A, mode=TEST, now_ms=ms)
 
 
 # --- Android install referrer ----------------------------------------------------------

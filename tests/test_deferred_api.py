@@ -3,9 +3,13 @@ rules, single use under concurrency, and exact expiry under autojump_clock."""
 
 from __future__ import annotations
 
+import base64
+
 import trio
 import trio.testing
 
+from svc_engine.keys import Mode
+from svc_engine.tokens import TOKEN_TTL_MS, Token
 from tests.conftest import App
 from tests.dashboard_webhook_support import make_endpoint
 from tests.deferred_helpers import (
@@ -64,6 +68,31 @@ async def test_android_install_referrer_flow(app: App) -> None:
     # the token works once
     status, again = await init(app, init_body(new_install(), "android", referrer=referrer))
     assert status == 200 and again == {"link": None}
+
+    # tokens lead with their issue time (hex ms), so they sort as they are issued
+    token = referrer.removeprefix("svc_token=")
+    stored = app.services.attribution.get_token(token)
+    assert stored is not None and stored.used
+    assert token[:12] == f"{stored.issued_at_ms:012x}" and len(token) == 44
+
+
+async def test_a_token_issued_before_the_time_prefix_still_works(app: App) -> None:
+    """Tokens issued by earlier versions are the random part alone; they are
+    keyed by their text as new ones are, so they keep working."""
+    await setup(app)
+    ln = await link(app)
+    now = app.services.clock.now_ms()
+    old = Token(token=base64.urlsafe_b64encode(bytes(range(24))).decode(), link_id=str(ln["id"]),
+                mode=Mode.TEST, issued_at_ms=now, expires_at_ms=now + TOKEN_TTL_MS)
+    attribution = app.services.attribution
+    puts = attribution._token_puts(old)
+    await attribution.store.write(lambda txn: [txn.put(k, v, db=db) for k, v, db in puts])
+    referrer = f"svc_token={old.token}&utm_source=x"
+    status, body = await init(app, init_body(new_install(), "android", referrer=referrer))
+    assert status == 200 and body["link"]["method"] == "install_referrer"  # type: ignore[index]
+    assert (stored := attribution.get_token(old.token)) is not None and stored.used
+    status, again = await init(app, init_body(new_install(), "android", referrer=referrer))
+    assert (status, again) == (200, {"link": None})
 
 
 async def test_unattributed_install_is_not_an_error(app: App) -> None:
