@@ -8,16 +8,25 @@ through the service itself, with wrk as the client (fast, pinned to CPU 0):
 ``mint`` runs a Lua script until its ``response`` hook has counted enough
 answers (``wrk.thread:stop()``), or a time limit passes.
 
-The load scripts then walk the minted items in order, one per request, with
+The load scripts then walk the minted items one per request, with
 ``SEQUENCE_LUA``: the position is saved to a file every 16 requests and each
 wrk run (warm-up, loaded, unloaded are separate processes) starts 64 past
 the last saved one, so no item is used twice. ``coverage_note`` reads that
 file after the run and says how many requests found a fresh item.
+
+They walk the items in a fixed shuffled order (``shuffled``), not in the
+order they were minted. Production launches consume taps and tokens made
+minutes to hours apart, so a batch of them lands on leaves all over the
+store's trees; items consumed in minting order sit side by side in every
+tree keyed by time (the window's entries, the tokens), and a batch of 32
+would share a few leaves. That best case made the matched iOS launch look
+about 12 % cheaper at c32 (session 15 in bench/README.md).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import time
@@ -120,6 +129,22 @@ def load_seconds(default: int = 15) -> int:
         return max(1, int(os.environ.get(LOAD_SECONDS_ENV, default)))
     except ValueError:
         return default
+
+
+ORDER_SEED = 15
+
+
+def shuffled(items: list[str], seed: int = ORDER_SEED) -> list[str]:
+    """``items`` in a fixed shuffled order: the order a load script consumes them in."""
+    out = list(items)
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def order_file(path: Path, n: int) -> Path:
+    """Write 1..n, shuffled, one a line, for a script that names its items by number."""
+    path.write_text("".join(f"{i}\n" for i in shuffled([str(i) for i in range(1, n + 1)])))
+    return path
 
 
 def sequence_lua(pos_file: Path) -> str:

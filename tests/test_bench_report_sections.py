@@ -4,6 +4,7 @@ plus the bookkeeping of consumable state (bench/wrk_mint.py)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,20 @@ def test_mint_scripts_stop_and_sequences_skip(tmp_path: Path) -> None:
     assert "wrk.thread:stop()" in lua and str(tmp_path / "done") in lua
     seq = wrk_mint.sequence_lua(tmp_path / "pos.txt")
     assert f"+ {wrk_mint.SKIP}" in seq and "seq_pos % 16 == 0" in seq
+
+
+def test_consumed_items_are_walked_in_a_fixed_shuffled_order(tmp_path: Path) -> None:
+    """Not in minting order (a best case for the store's time-ordered trees),
+    the same order in every run, and every item once."""
+    items = [f"t{i}" for i in range(1000)]
+    order = wrk_mint.shuffled(items)
+    assert sorted(order) == sorted(items) and order == wrk_mint.shuffled(items)
+    assert items == [f"t{i}" for i in range(1000)]  # the caller's list is left as it was
+    adjacent = sum(abs(int(a[1:]) - int(b[1:])) == 1 for a, b in itertools.pairwise(order))
+    assert adjacent < 20  # ~2 expected for a shuffle; 999 for minting order
+    path = wrk_mint.order_file(tmp_path / "order.txt", 500)
+    numbers = [int(line) for line in path.read_text().splitlines()]
+    assert sorted(numbers) == list(range(1, 501)) and numbers != sorted(numbers)
 
 
 def test_load_seconds_come_from_the_harness(monkeypatch: pytest.MonkeyPatch) -> None:
