@@ -110,7 +110,7 @@ def test_token_issue_lives_seven_days_and_fits_a_referrer() -> None:
 
 def test_tokens_sort_by_issue_time_whatever_their_random_part() -> None:
     """The store keys tokens by their text: a token issued later sorts after,
-    so tokens issued together are written (and mostly consumed) together."""
+    so tokens issued together are written together."""
     times = [0, 9, 10, 255, 256, NOW - 1, NOW, NOW + 1, 16 ** 12 - 1]
     issued = [Token.issue(bytes([255 - i] * 24), link_id=LINK_A, mode=TEST, now_ms=ms)
               for i, ms in enumerate(times)]
