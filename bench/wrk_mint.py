@@ -19,8 +19,9 @@ order they were minted. Production launches consume taps and tokens made
 minutes to hours apart, so a batch of them lands on leaves all over the
 store's trees; items consumed in minting order sit side by side in every
 tree keyed by time (the window's entries, the tokens), and a batch of 32
-would share a few leaves. That best case made the matched iOS launch look
-about 12 % cheaper at c32 (session 15 in bench/README.md).
+would share a few leaves. With tokens stored in issue order, that best case
+made the Android launch with a token look about 10 % faster at c32 than
+production would see it (session 15 in bench/README.md).
 """
 
 from __future__ import annotations
