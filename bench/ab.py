@@ -68,6 +68,8 @@ class Sample:
     server_p99_ms: float | None
     steal_s: float = 0.0
     """CPU time the hypervisor took from the machine during the c32 run."""
+    flush_p50_us: float | None = None
+    """The disk's flush time just before the side was measured (bench/disk_probe.py)."""
 
     @classmethod
     def of(cls, round_: int, side: str, result: TargetResult) -> Sample:
@@ -75,14 +77,17 @@ class Sample:
                    cpu_us=result.loaded.cpu_us_per_request,
                    c1_p50_ms=result.unloaded.load.p50_ms, c1_p99_ms=result.unloaded.load.p99_ms,
                    server_p99_ms=result.unloaded.server_p99_ms,
-                   steal_s=result.loaded.steal_s)
+                   steal_s=result.loaded.steal_s,
+                   flush_p50_us=None if result.flush is None else result.flush.p50_us)
 
     def line(self) -> str:
         cpu = f"{self.cpu_us:.0f}" if self.cpu_us is not None else "-"
         server = f"{self.server_p99_ms:.2f}" if self.server_p99_ms is not None else "-"
+        flush = f"{self.flush_p50_us:.0f}" if self.flush_p50_us is not None else "-"
         return (f"round {self.round} {self.side:<10} {self.target:<26} c32 {self.rps:8,.0f}/s "
                 f"CPU {cpu:>5} µs/req | c1 p50 {self.c1_p50_ms:.3f} ms p99 "
-                f"{self.c1_p99_ms:.3f} ms (service {server} ms) | steal {self.steal_s:.2f} s")
+                f"{self.c1_p99_ms:.3f} ms (service {server} ms) | steal {self.steal_s:.2f} s | "
+                f"flush p50 {flush} µs")
 
 
 def parse_side(text: str) -> Side:

@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as `python bench/harness.py`: make `bench` 
 
 import attrs
 
-from bench import extras, pyspy, report
+from bench import disk_probe, extras, pyspy, report
 from bench.results import (
     AGAIN,
     HYPERCORN_302,
@@ -186,6 +186,7 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning, *,
                 print(pyspy.summarize(workdir / "profile.txt"), file=sys.stderr, flush=True)
             return result
 
+        flush = disk_probe.probe_flushes(workdir)
         phase(profile.connections, profile.warmup_s, profile.threads, "warmup")
         loaded = phase(profile.connections, profile.loaded_s, profile.threads, "loaded")
         unloaded, again = measure_unloaded(
@@ -212,6 +213,7 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning, *,
         exit_status=exit_status,
         stopped_cleanly=clean,
         note=note,
+        flush=flush,
     )
 
 
@@ -508,6 +510,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.write_readme(record, args.readme, sections)
         print(f"[bench] wrote {args.readme}", file=sys.stderr)
     print(report.render_table(record))
+    goals = report.render_goals(record)
+    if goals:
+        print("\n" + "\n".join(goals))
     return 0
 
 

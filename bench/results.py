@@ -48,6 +48,16 @@ class PhaseResult:
 
 
 @attrs.frozen
+class FlushProbe:
+    """One page written and flushed ``count`` times just before a path's
+    measurement (bench/disk_probe.py): the disk's phase beside that path."""
+
+    count: int
+    p50_us: float
+    p99_us: float
+
+
+@attrs.frozen
 class TargetResult:
     name: str
     group: str
@@ -61,6 +71,8 @@ class TargetResult:
     paired: tuple[float, float] | None = None
     """req/s of the bare Hypercorn 302 app (c32, same wrk settings) measured
     just before and just after this path's measurements: the paired baseline."""
+    flush: FlushProbe | None = None
+    """The disk's flush time just before this path's measurements."""
 
     @property
     def paired_ratio(self) -> float | None:

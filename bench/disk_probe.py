@@ -1,0 +1,61 @@
+"""How long this machine's disk takes to make one page durable, right now.
+
+The paired baseline (bench/harness.py) follows the CPU's drift, but the bare
+302 app never waits for the disk, while every durable path of the service
+waits for two flushes a commit. On this kind of shared machine the disk has
+phases of its own, so each path's record carries a probe taken just before
+its measurement: ``count`` times, one 4 KiB page written at a random offset
+of a small file in the same directory tree as the service's data, then
+``fdatasync``. A goal missed next to a slow probe is the disk's phase; next
+to a usual one (100-150 µs p50 here) it is the path.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.results import FlushProbe
+
+PAGE = 4096
+FILE_PAGES = 1024  # a 4 MiB file: written whole first, so a probe never grows it
+PROBE_FLUSHES = 200
+SEED = 8
+
+
+def percentile_us(sorted_s: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile of sorted durations in seconds, in µs."""
+    if not sorted_s:
+        raise ValueError("no durations")
+    rank = max(1, -(-int(fraction * 1000) * len(sorted_s) // 1000))
+    return sorted_s[rank - 1] * 1e6
+
+
+def probe_flushes(directory: Path, *, count: int = PROBE_FLUSHES, seed: int = SEED) -> FlushProbe:
+    """Time ``count`` one-page writes, each made durable by ``fdatasync``."""
+    if count < 1:
+        raise ValueError("count must be at least 1")
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "flush-probe.bin"
+    rng = random.Random(seed)
+    page = rng.randbytes(PAGE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.pwrite(fd, bytes(PAGE * FILE_PAGES), 0)
+        os.fdatasync(fd)
+        took = []
+        for _ in range(count):
+            offset = rng.randrange(FILE_PAGES) * PAGE
+            start = time.perf_counter()
+            os.pwrite(fd, page, offset)
+            os.fdatasync(fd)
+            took.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    took.sort()
+    return FlushProbe(count=count, p50_us=percentile_us(took, 0.5),
+                      p99_us=percentile_us(took, 0.99))
