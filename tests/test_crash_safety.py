@@ -36,6 +36,10 @@ ACKS_BEFORE_KILL = 300  # at most; about a second and a half of the load here
 ENV = {"SVC_RATE_LIMIT_PER_KEY": "0", "SVC_RATE_LIMIT_PER_CLIENT": "0",
        "SVC_WEBHOOK_RETRY_SCALE": "0.001"}  # test only: retries in milliseconds
 WAITING = ("Queued", "Sending", "Retrying")
+# The test's own bound: the rounds (a kill and a restart each, under load) and
+# the settle limit. pyproject's 120 s default is shorter than the settle limit
+# alone, and than the soak's twelve rounds with the deliveries they leave.
+TEST_TIMEOUT_S = 60 + 30 * ROUNDS + SETTLE_LIMIT_S
 
 
 class Receiver(http.server.ThreadingHTTPServer):
@@ -80,6 +84,7 @@ def _ms(iso: str | None) -> float:
     return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000
 
 
+@pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_sigkill_under_mixed_load_loses_and_repeats_nothing(
         server_factory: type[ServerProcess]) -> None:
     seed = random.randrange(1 << 30)
