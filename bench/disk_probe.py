@@ -6,8 +6,10 @@ waits for two flushes a commit. On this kind of shared machine the disk has
 phases of its own, so each path's record carries a probe taken just before
 its measurement: ``count`` times, one 4 KiB page written at a random offset
 of a small file in the same directory tree as the service's data, then
-``fdatasync``. A goal missed next to a slow probe is the disk's phase; next
-to a usual one (100-150 µs p50 here) it is the path.
+``fdatasync``. A goal missed next to a slow probe points at the disk; next
+to a usual one (100-200 µs p50 here) at the CPU's side: the path's own work,
+or a slow phase of the machine that slows it more than the bare app
+(bench/README.md, session 16, measured two such runs).
 """
 
 from __future__ import annotations

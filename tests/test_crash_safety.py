@@ -37,8 +37,8 @@ ENV = {"SVC_RATE_LIMIT_PER_KEY": "0", "SVC_RATE_LIMIT_PER_CLIENT": "0",
        "SVC_WEBHOOK_RETRY_SCALE": "0.001"}  # test only: retries in milliseconds
 WAITING = ("Queued", "Sending", "Retrying")
 # The test's own bound: the rounds (a kill and a restart each, under load) and
-# the settle limit. pyproject's 120 s default is shorter than the settle limit
-# alone, and than the soak's twelve rounds with the deliveries they leave.
+# the settle limit. pyproject's 120 s default is no more than the settle limit
+# alone, and less than the soak's twelve rounds with the deliveries they leave.
 TEST_TIMEOUT_S = 60 + 30 * ROUNDS + SETTLE_LIMIT_S
 
 
