@@ -495,6 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = shlex.join([python, "-m", "bench.harness", *given])
     print(f"[bench] {len(targets)} targets and {len(steps)} steps, about {estimate}s",
           file=sys.stderr)
+    run_started = time.monotonic()
     try:
         record = run(targets, profile, command)
     except BenchFailed as exc:
@@ -503,7 +504,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     (OUT_DIR / "results.json").write_text(json.dumps(as_json(record), indent=2) + "\n")
     steps_started = time.monotonic()
-    sections, failures = extras.run(steps, args.quick)
+    sections, failures = extras.run(steps, args.quick,
+                                    elapsed=lambda: time.monotonic() - run_started,
+                                    limit_s=extras.RUN_LIMIT_S)
     record = attrs.evolve(record, notes=(*record.notes, *failures),
                           elapsed_s=record.elapsed_s + time.monotonic() - steps_started)
     if not args.no_readme:

@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
-from bench import disk_probe, report_sections
+from bench import disk_probe, extras, report_sections
 from bench.results import AGAIN, BASELINES, HYPERCORN_302, RunRecord, TargetResult
 from bench.wrk import wrk_version
 
@@ -312,7 +312,11 @@ def render_readme(record: RunRecord, kept: str, sections: Mapping[str, str] | No
         "webhook deliveries; each writes its own section below. The run is bounded:",
         "the harness refuses to start a run whose estimated wall time (paths and",
         "steps) exceeds `--budget` (570 s by default); every wrk run has a fixed",
-        "duration and a timeout, and the attribution replay a time cap.",
+        "duration and a timeout, and the attribution replay a time cap. In the",
+        "machine's slow phases the paths take longer than estimated, so a step",
+        "runs its quick size when the full sizes of the steps left would end the",
+        f"run past {extras.RUN_LIMIT_S} s (the run's notes say which, and its section shows its",
+        "command).",
         "",
         "## Last run",
         "",

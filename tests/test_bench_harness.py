@@ -150,6 +150,55 @@ def test_full_run_of_registered_targets_and_steps_fits_the_time_budget() -> None
     assert estimate_seconds(all_targets(), FULL) + steps <= 570
 
 
+def test_steps_shrink_to_their_quick_sizes_only_when_the_run_would_end_late() -> None:
+    from bench.extras import RUN_LIMIT_S
+
+    full = extras.ESTIMATE_S["full"]
+    rest = ("scale_lite", "memory", "webhooks")
+    on_time = RUN_LIMIT_S - full["overload"] - sum(full[n] for n in rest)
+    assert not extras.runs_quick("overload", rest, on_time, RUN_LIMIT_S)
+    assert extras.runs_quick("overload", rest, on_time + 1, RUN_LIMIT_S)
+    # the last step alone decides for itself
+    assert extras.runs_quick("webhooks", (), RUN_LIMIT_S - full["webhooks"] + 1, RUN_LIMIT_S)
+    # a step whose quick size is no shorter keeps its full size, however late
+    slow_quick = [n for n in extras.STEPS
+                  if extras.ESTIMATE_S["quick"][n] >= full[n]]
+    for name in slow_quick:
+        assert not extras.runs_quick(name, (), RUN_LIMIT_S * 2, RUN_LIMIT_S)
+
+
+def test_the_steps_runner_passes_each_step_its_size_and_says_why(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    asked: list[tuple[str, bool]] = []
+
+    def runner(name: str) -> object:
+        def run(quick: bool) -> dict[str, object]:
+            asked.append((name, quick))
+            clock[0] += 40.0  # each step takes 40 s
+            return {}
+        return run
+
+    clock = [400.0]
+    monkeypatch.setattr(extras, "OUT_DIR", tmp_path)
+    monkeypatch.setattr(extras, "RUNNERS", {n: runner(n) for n in extras.STEPS})
+    monkeypatch.setattr(extras.report_sections, "render", lambda name, data: name)
+    sections, notes = extras.run(("overload", "scale_lite", "memory"), False,
+                                 elapsed=lambda: clock[0], limit_s=500)
+    # 400 + 60 + 55 + 25 > 500: overload quick; then 440 + 55 + 25 > 500: scale_lite
+    # quick; then 480 + 25 > 500: memory quick too
+    assert asked == [("overload", True), ("scale_lite", True), ("memory", True)]
+    assert set(sections) == {"overload", "scale_lite", "memory"}
+    assert notes[0] == ("step overload ran its quick size: 400 s had passed, and the "
+                        "full steps left would have ended the run past 500 s")
+    asked.clear()
+    clock[0] = 100.0
+    _, notes = extras.run(("overload", "memory"), False, elapsed=lambda: clock[0], limit_s=500)
+    assert asked == [("overload", False), ("memory", False)] and notes == []
+    asked.clear()
+    extras.run(("overload",), True)  # --quick: every step quick, no limit needed
+    assert asked == [("overload", True)]
+
+
 def test_post_targets_check_the_path_their_script_loads() -> None:
     for target in all_targets():
         if target.method == "POST":
