@@ -233,7 +233,7 @@ def _lines_lua(var: str, path: Path) -> str:
 
 def android_referrer_prepare(base_url: str, workdir: Path) -> dict[str, str]:
     """Mint tokens with Android taps (wrk reads each 302's Location), then launch
-    with one token per request, in order."""
+    with one token per request, in the shuffled order (bench/wrk_mint.py)."""
     keys, _ = configure(base_url, workdir, {})
     want = TOKENS_PER_LOAD_SECOND * wrk_mint.load_seconds() + 1
     tokens = workdir / "tokens.txt"
@@ -260,11 +260,11 @@ end
             '"platform":"android","osVersion":"14","installReferrer":"svc_token=%s&utm_source=bench"}')
     (workdir / "init-body.json").write_text(body % ("6f1c6b1e-3c1a-4b7e-9d2a-0c5b8f3e2a10", check))
     (workdir / "init.lua").write_text(UUID_LUA + wrk_mint.IDEM_LUA + _lines_lua("tokens", tokens)
-                                      + wrk_mint.sequence_lua(workdir / "pos.txt") + f"""
+                                      + wrk_mint.sequence_lua(workdir / "pos.txt", len(minted))
+                                      + f"""
 local template = {lua_string(body)}
 request = function()
-  local i = seq_next()
-  local token = tokens[(i - 1) % #tokens + 1]
+  local token = tokens[seq_next()]
   return wrk.format("POST", "/v1/sdk/init", write_headers(),
                     string.format(template, uuid4(), token))
 end
@@ -274,7 +274,7 @@ end
 
 def ios_network_prepare(base_url: str, workdir: Path) -> dict[str, str]:
     """iPhone taps from ``network_taps()`` addresses (no country), then launches
-    from those addresses in order: each is tied by its network hash."""
+    from those addresses in the shuffled order: each is tied by its network hash."""
     taps = network_taps()
     keys, _ = configure(base_url, workdir, {"probabilisticMatching": True,
                                             "probabilisticIpMatching": True})
@@ -295,7 +295,7 @@ response = function(status, headers, body) mint_count(status == 302) end
             '"platform":"ios","osVersion":"26.1"}')
     (workdir / "init-body.json").write_text(body % "6f1c6b1e-3c1a-4b7e-9d2a-0c5b8f3e2a10")
     (workdir / "init.lua").write_text(UUID_LUA + wrk_mint.IP_LUA + wrk_mint.IDEM_LUA
-                                      + wrk_mint.sequence_lua(workdir / "pos.txt") + f"""
+                                      + wrk_mint.sequence_lua(workdir / "pos.txt", taps) + f"""
 local template = {lua_string(body)}
 request = function()
   local i = seq_next()
@@ -346,7 +346,7 @@ end
 
 def handoff_claim_prepare(base_url: str, workdir: Path) -> dict[str, str]:
     """Handoffs for users ``bench-user-1..N`` (made with wrk), then claims for
-    those users in order, each from a random registered install."""
+    those users in the shuffled order, each from a random registered install."""
     keys, _ = configure(base_url, workdir, {})
     register_installs(base_url, keys["pk_live"], workdir)
     links = json.loads((workdir / "links.json").read_text())
@@ -371,7 +371,7 @@ response = function(status, headers, body) mint_count(status == 201) end
         {"userId": "bench-user-check", "installId": installs[0]}))
     (workdir / "claim.lua").write_text(
         wrk_mint.IDEM_LUA + _lines_lua("installs", workdir / "installs.txt")
-        + wrk_mint.sequence_lua(workdir / "pos.txt") + """
+        + wrk_mint.sequence_lua(workdir / "pos.txt", want) + """
 math.randomseed(19)
 request = function()
   return wrk.format("POST", "/v1/sdk/handoffs/claim", write_headers(), string.format(

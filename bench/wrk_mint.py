@@ -9,19 +9,21 @@ through the service itself, with wrk as the client (fast, pinned to CPU 0):
 answers (``wrk.thread:stop()``), or a time limit passes.
 
 The load scripts then walk the minted items one per request, with
-``SEQUENCE_LUA``: the position is saved to a file every 16 requests and each
-wrk run (warm-up, loaded, unloaded are separate processes) starts 64 past
-the last saved one, so no item is used twice. ``coverage_note`` reads that
-file after the run and says how many requests found a fresh item.
+``SEQUENCE_LUA`` (``sequence_lua``): the position is saved to a file every
+16 requests and each wrk run (warm-up, loaded, unloaded are separate
+processes) starts 64 past the last saved one, so no item is used twice.
+``coverage_note`` reads that file after the run and says how many requests
+found a fresh item.
 
-They walk the items in a fixed shuffled order (``shuffled``), not in the
-order they were minted. Production launches consume taps and tokens made
-minutes to hours apart, so a batch of them lands on leaves all over the
-store's trees; items consumed in minting order sit side by side in every
-tree keyed by time (the window's entries, the tokens), and a batch of 32
-would share a few leaves. With tokens stored in issue order, that best case
-made the Android launch with a token look about 10 % faster at c32 than
-production would see it (session 15 in bench/README.md).
+Position k names item ``shuffled(1..n)[k]``: the items are walked in a fixed
+shuffled order, not in the order they were minted. Production launches
+consume taps and tokens made minutes to hours apart, so a batch of them
+lands on leaves all over the store's trees; items consumed in minting order
+sit side by side in every tree keyed by time (the window's entries, the
+tokens), and a batch of 32 would share a few leaves. With tokens stored in
+issue order, that best case made the Android launch with a token look about
+10 % faster at c32 than production would see it (session 15 in
+bench/README.md).
 """
 
 from __future__ import annotations
@@ -92,13 +94,18 @@ do
   local f = io.open(seq_file, "r")
   if f then seq_pos = (tonumber(f:read("*l")) or 0) + @SKIP@; f:close() end
 end
+local seq_order = {}
+for line in io.lines(@ORDERFILE@) do
+  if #line > 0 then seq_order[#seq_order + 1] = tonumber(line) end
+end
+-- the next item's number (1..n): the next position, through the shuffled order
 local function seq_next()
   seq_pos = seq_pos + 1
   if seq_pos % 16 == 0 then
     local f = io.open(seq_file, "w")
     if f then f:write(tostring(seq_pos)); f:close() end
   end
-  return seq_pos
+  return seq_order[(seq_pos - 1) % #seq_order + 1]
 end
 """
 
@@ -148,8 +155,13 @@ def order_file(path: Path, n: int) -> Path:
     return path
 
 
-def sequence_lua(pos_file: Path) -> str:
+def sequence_lua(pos_file: Path, items: int) -> str:
+    """``seq_next()`` for a load script walking ``items`` minted items: each
+    call gives the next one's number (1..items) in the shuffled order, written
+    beside ``pos_file`` (``order.txt``); positions are saved to ``pos_file``."""
+    order = order_file(pos_file.with_name("order.txt"), items)
     return (SEQUENCE_LUA.replace("@POSFILE@", lua_string(str(pos_file)))
+            .replace("@ORDERFILE@", lua_string(str(order)))
             .replace("@SKIP@", str(SKIP)))
 
 

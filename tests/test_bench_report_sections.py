@@ -172,8 +172,20 @@ def test_mint_scripts_stop_and_sequences_skip(tmp_path: Path) -> None:
     lua = wrk_mint.count_lua(5, tmp_path / "done")
     assert "mint_want, mint_got, mint_done = 5, 0, false" in lua
     assert "wrk.thread:stop()" in lua and str(tmp_path / "done") in lua
-    seq = wrk_mint.sequence_lua(tmp_path / "pos.txt")
+    seq = wrk_mint.sequence_lua(tmp_path / "pos.txt", 300)
     assert f"+ {wrk_mint.SKIP}" in seq and "seq_pos % 16 == 0" in seq
+
+
+def test_a_sequence_walks_its_items_through_the_shuffled_order(tmp_path: Path) -> None:
+    """Every load script that consumes minted items gets its item numbers from
+    ``seq_next()``, which reads them through the order file the same call wrote."""
+    seq = wrk_mint.sequence_lua(tmp_path / "pos.txt", 300)
+    order = tmp_path / "order.txt"
+    assert [int(n) for n in order.read_text().split()] == [
+        int(n) for n in wrk_mint.shuffled([str(i) for i in range(1, 301)])]
+    assert f"io.lines({wrk_mint.lua_string(str(order))})" in seq
+    assert "return seq_order[(seq_pos - 1) % #seq_order + 1]" in seq
+    assert "return seq_pos\n" not in seq  # not the position itself: that is minting order
 
 
 def test_consumed_items_are_walked_in_a_fixed_shuffled_order(tmp_path: Path) -> None:
