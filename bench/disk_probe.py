@@ -17,23 +17,14 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
-from bench.results import FlushProbe
+from bench.results import FlushProbe, nearest_rank
 
 PAGE = 4096
 FILE_PAGES = 1024  # a 4 MiB file: written whole first, so a probe never grows it
 PROBE_FLUSHES = 200
 SEED = 8
-
-
-def percentile_us(sorted_s: Sequence[float], fraction: float) -> float:
-    """The nearest-rank percentile of sorted durations in seconds, in µs."""
-    if not sorted_s:
-        raise ValueError("no durations")
-    rank = max(1, -(-int(fraction * 1000) * len(sorted_s) // 1000))
-    return sorted_s[rank - 1] * 1e6
 
 
 def probe_flushes(directory: Path, *, count: int = PROBE_FLUSHES, seed: int = SEED) -> FlushProbe:
@@ -59,5 +50,5 @@ def probe_flushes(directory: Path, *, count: int = PROBE_FLUSHES, seed: int = SE
         os.close(fd)
         path.unlink(missing_ok=True)
     took.sort()
-    return FlushProbe(count=count, p50_us=percentile_us(took, 0.5),
-                      p99_us=percentile_us(took, 0.99))
+    return FlushProbe(count=count, p50_us=nearest_rank(took, 0.5) * 1e6,
+                      p99_us=nearest_rank(took, 0.99) * 1e6)

@@ -51,6 +51,7 @@ from bench.results import (
     RunRecord,
     TargetResult,
     as_json,
+    nearest_rank,
     ratios_for,
 )
 from bench.server import (
@@ -340,7 +341,7 @@ def access_p99_ms(log_text: str) -> float | None:
     times = sorted(float(m) for m in _ACCESS.findall(log_text))
     if not times:
         return None
-    return times[max(0, -(-99 * len(times) // 100) - 1)]
+    return nearest_rank(times, 0.99)
 
 
 class PairedBaseline:

@@ -47,6 +47,15 @@ class PhaseResult:
         return self.server_cpu_s * 1e6 / self.load.requests
 
 
+def nearest_rank(sorted_values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile (``fraction`` 0.5 for p50, 0.99 for p99) of
+    values sorted ascending; ``ValueError`` when there are none."""
+    if not sorted_values:
+        raise ValueError("no values")
+    rank = -(-round(fraction * 1000) * len(sorted_values) // 1000)  # ceil, exact
+    return sorted_values[max(1, rank) - 1]
+
+
 @attrs.frozen
 class FlushProbe:
     """One page written and flushed ``count`` times just before a path's

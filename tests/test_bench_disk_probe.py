@@ -6,16 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.disk_probe import percentile_us, probe_flushes
+from bench.disk_probe import probe_flushes
+from bench.results import nearest_rank
 
 
-def test_percentiles_are_nearest_rank_in_microseconds() -> None:
-    times = [i / 1e6 for i in range(1, 101)]  # 1..100 µs
-    assert percentile_us(times, 0.5) == pytest.approx(50.0)
-    assert percentile_us(times, 0.99) == pytest.approx(99.0)
-    assert percentile_us([0.002], 0.99) == pytest.approx(2000.0)
+def test_percentiles_are_nearest_rank() -> None:
+    values = [float(i) for i in range(1, 101)]  # 1..100
+    assert nearest_rank(values, 0.5) == 50.0 and nearest_rank(values, 0.99) == 99.0
+    assert nearest_rank([3.0, 7.0], 0.99) == 7.0 and nearest_rank([2.0], 0.5) == 2.0
+    assert nearest_rank([1.0, 2.0, 3.0], 0.5) == 2.0  # ceil(1.5) = 2
     with pytest.raises(ValueError):
-        percentile_us([], 0.5)
+        nearest_rank([], 0.5)
 
 
 def test_a_probe_times_real_flushes_and_leaves_nothing_behind(tmp_path: Path) -> None:
