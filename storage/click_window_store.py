@@ -4,8 +4,10 @@ Every tap is one entry in ``click_window`` (project | mode | ms | click id ->
 ``ClickWindowEntry``; the expiry sweep reads each project and mode's oldest
 entries from there) and one key in each of:
 
-- ``click_window_by_cohort`` (project | mode | iOS major | country | ms |
-  click id -> link id): the cohort group of a launch is one key range;
+- ``click_window_by_cohort`` (project | mode | iOS major | country | quarter
+  hour | link id | ms | click id -> nothing; schema 7): the cohort group of
+  a launch is one key range, in it each quarter hour one range, and in that
+  each link's taps one range in time order;
 - ``click_window_by_net`` (project | mode | net hash | iOS major | ms |
   click id -> link id), for taps with a network hash: the network group is
   one key range, and every tap of a network is one prefix (deleting a hash).
@@ -13,15 +15,25 @@ entries from there) and one key in each of:
 All three change together, inside the caller's write transaction: :meth:`put`
 adds a tap, consuming (:meth:`consume`), forgetting a hash
 (:meth:`forget_net_hash`) and the sweep (:meth:`sweep`) remove it or its hash
-from each. A launch (:meth:`candidates`) walks two key ranges, reading keys
-and link ids only, and summarizes each group for the pure decision; the taps a
-match consumes are deleted by key. So a launch costs the size of its groups,
-whatever else the window holds.
+from each. A launch (:meth:`candidates`) reads two key ranges, keys and link ids only,
+and summarizes each group for the pure decision (``Candidates``); the taps a
+match consumes are deleted by key. Neither read goes on once the group has
+taps of a second link (a conflict, whatever the rest holds). The cohort read
+goes through the window's quarter hours, newest first, and in each seeks
+from link to link: a link costs one seek, however many taps it has, and at
+most ``COHORT_TAPS_COUNTED`` taps are counted (for the debugger's words). So
+a launch in a cohort of thousands of taps (a popular campaign's iOS version
+and country) costs a few seeks a quarter hour, where reading the range in
+time order cost every tap, in the writer, for every launch; and the taps
+kept from before the window (up to 6 hours of them) are never read, as
+they are in quarter hours before it (only the window's first quarter hour
+can hold some, a seek a link). So a launch costs its network group and a
+bounded part of its cohort group, whatever else the window holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import attrs
@@ -39,6 +51,7 @@ from svc_engine.attribution import (
     network_skip,
     window_bounds,
 )
+from svc_engine.click_window import COHORT_TAPS_COUNTED
 from svc_engine.settings import DeferredSettings
 
 KEEP_MS = 360 * 60_000  # the longest window; hashes go with their entries (< 7 h)
@@ -73,8 +86,9 @@ class ClickWindow:
         tail = layout.ms(entry.at_ms) + layout.uid(entry.click_id)
         link = layout.uid(entry.link_id)
         out = [(scope + tail, encode(entry), self._entries),
-               (layout.window_cohort_prefix(scope, entry.os_major, entry.country) + tail, link,
-                self._by_cohort)]
+               (layout.window_cohort_key(
+                   layout.window_cohort_prefix(scope, entry.os_major, entry.country), link, tail),
+                b"", self._by_cohort)]
         if entry.net_hash is not None:
             out.append((layout.window_net_prefix(scope, entry.net_hash, entry.os_major) + tail,
                         link, self._by_net))
@@ -123,44 +137,87 @@ class ClickWindow:
         first, last = window_bounds(settings.probabilistic_window_minutes, now_ms)
         tails: dict[str, bytes] = {}
         network = cohort = Candidates()
+        if last < max(0, first):
+            return LaunchCandidates(network, cohort, tails)
         if network_skip(launch, settings, net_hash) is None:
             assert net_hash is not None and launch.os_major is not None
-            network = self._group(txn, self._by_net,
-                                  layout.window_net_prefix(scope, net_hash, launch.os_major),
-                                  first, last, tails, list_all=True)
+            network = self._network_group(
+                txn, layout.window_net_prefix(scope, net_hash, launch.os_major), first, last,
+                tails)
         if cohort_skip(launch, settings) is None:
             assert launch.os_major is not None
-            prefix = layout.window_cohort_prefix(scope, launch.os_major, launch.country)
-            cohort = self._group(txn, self._by_cohort, prefix, first, last, tails,
-                                 list_all=False)
+            cohort = self._cohort_group(
+                txn, layout.window_cohort_prefix(scope, launch.os_major, launch.country),
+                first, last, tails)
         return LaunchCandidates(network, cohort, tails)
 
-    def _group(self, txn: lmdb.Transaction, db: Any, prefix: bytes, first_ms: int,
-               last_ms: int, tails: dict[str, bytes], *, list_all: bool) -> Candidates:
-        """Summarize the taps of one index range, reading keys and link ids only."""
-        if last_ms < max(0, first_ms):
-            return Candidates()
-        cur = txn.cursor(db=db)
+    def _network_group(self, txn: lmdb.Transaction, prefix: bytes, first_ms: int,
+                       last_ms: int, tails: dict[str, bytes]) -> Candidates:
+        """The network group: its range in time order, every tap listed, until
+        a tap of a second link (a conflict) or the end of the window."""
+        cur = txn.cursor(db=self._by_net)
         if not cur.set_range(prefix + layout.ms(max(0, first_ms))):
             return Candidates()
         end = prefix + layout.ms(last_ms) + b"\xff" * 16
-        taps = 0
-        links: set[bytes] = set()
+        link: bytes | None = None
         listed: list[bytes] = []
         for k, v in cast(Iterator[tuple[bytes, bytes]], cur.iternext()):  # buffers off
             if k > end:
                 break
-            taps += 1
-            links.add(v)
-            if list_all or taps == 1:
-                listed.append(k[-_TAIL:])
-        ids = []
-        for tail in listed:
-            click_id = layout.from_uid(tail[8:])
-            tails[click_id] = tail
-            ids.append(click_id)
-        link_id = layout.from_uid(next(iter(links))) if len(links) == 1 else None
-        return Candidates(taps=taps, links=len(links), link_id=link_id, click_ids=tuple(ids))
+            if link is None:
+                link = v
+            elif v != link:
+                return Candidates(links=2)
+            listed.append(k[-_TAIL:])
+        if link is None:
+            return Candidates()
+        return Candidates(taps=len(listed), links=1, link_id=layout.from_uid(link),
+                          click_ids=tuple(_listed(listed, tails)))
+
+    def _cohort_group(self, txn: lmdb.Transaction, prefix: bytes, first_ms: int,
+                      last_ms: int, tails: dict[str, bytes]) -> Candidates:
+        """The cohort group, quarter hour by quarter hour from the newest, link
+        by link in each (keys: prefix | quarter hour | link | ms | click): a
+        tap of a second link ends the read (a conflict); with one link, its
+        oldest tap in the window and up to ``COHORT_TAPS_COUNTED`` of its taps
+        counted. A link costs one seek in each quarter hour it has taps in."""
+        lo, hi = layout.ms(max(0, first_ms)), layout.ms(last_ms)
+        at = len(prefix) + 8 + 16  # where a key's ms begins
+        cur = txn.cursor(db=self._by_cohort)
+        key_of = cast(Callable[[], bytes], cur.key)  # buffers off: bytes
+        link: bytes | None = None  # the one link found so far
+        oldest = b""  # the key of its oldest tap in the window so far
+        counted = 0
+        bucket = last_ms - last_ms % layout.WINDOW_BUCKET_MS
+        while bucket >= max(0, first_ms) - max(0, first_ms) % layout.WINDOW_BUCKET_MS:
+            quarter = prefix + layout.ms(bucket)
+            ok = cur.set_range(quarter)
+            while ok:
+                key = key_of()
+                if not key.startswith(quarter):
+                    break
+                link_prefix = key[:at]
+                if key[at:at + 8] < lo:  # this link's taps before the window: skip them
+                    ok = cur.set_range(link_prefix + lo)
+                    continue
+                if key[at:at + 8] <= hi:
+                    if link is None:
+                        link = key[at - 16:at]
+                    elif key[at - 16:at] != link:
+                        return Candidates(links=2)
+                    oldest = key  # a quarter hour read later is older
+                    end = link_prefix + hi + b"\xff" * 16
+                    while ok and counted <= COHORT_TAPS_COUNTED and key_of() <= end:
+                        counted += 1
+                        ok = cur.next()
+                ok = cur.set_range(layout.prefix_end(link_prefix))
+            bucket -= layout.WINDOW_BUCKET_MS
+        if link is None:
+            return Candidates()
+        return Candidates(taps=min(counted, COHORT_TAPS_COUNTED), links=1,
+                          link_id=layout.from_uid(link),
+                          click_ids=tuple(_listed([oldest[-_TAIL:]], tails)),
+                          more=counted > COHORT_TAPS_COUNTED)
 
     def consume(self, txn: lmdb.Transaction, project_id: str, mode: str, decision: Matched,
                 found: LaunchCandidates) -> None:
@@ -215,8 +272,18 @@ class ClickWindow:
     def _remove(self, txn: lmdb.Transaction, scope: bytes, tail: bytes,
                 entry: ClickWindowEntry) -> None:
         txn.delete(scope + tail, db=self._entries)
-        txn.delete(layout.window_cohort_prefix(scope, entry.os_major, entry.country) + tail,
-                   db=self._by_cohort)
+        txn.delete(layout.window_cohort_key(
+            layout.window_cohort_prefix(scope, entry.os_major, entry.country),
+            layout.uid(entry.link_id), tail), db=self._by_cohort)
         if entry.net_hash is not None:
             txn.delete(layout.window_net_prefix(scope, entry.net_hash, entry.os_major) + tail,
                        db=self._by_net)
+
+
+def _listed(tails_in_order: list[bytes], tails: dict[str, bytes]) -> Iterator[str]:
+    """The click ids of these key tails (ms | click id), each remembered in
+    ``tails`` so a match deletes its taps by key."""
+    for tail in tails_in_order:
+        click_id = layout.from_uid(tail[8:])
+        tails[click_id] = tail
+        yield click_id

@@ -46,8 +46,9 @@ DATABASES = (
     b"clicks",           # project | mode | ms | click id -> Click
     b"click_window",     # project | mode | ms | click id -> ClickWindowEntry
     b"click_window_by_time",  # empty since schema 6 (the sweep reads click_window)
-    b"click_window_by_cohort",  # project | mode | part(iOS major) | part(country) | ms
-                                # | click id -> link id (schema 3)
+    b"click_window_by_cohort",  # project | mode | part(iOS major) | part(country) |
+                                # quarter hour (ms) | link id | ms | click id -> b""
+                                # (schema 7; schema 3: ... | ms | click id -> link id)
     b"click_window_by_net",  # project | mode | part(net hash) | part(iOS major) | ms
                              # | click id -> link id (schema 3)
     b"tokens_by_time",   # expires ms | token -> b"" (expiry sweep)
@@ -125,9 +126,22 @@ def part(value: bytes | None) -> bytes:
 
 def window_cohort_prefix(scope_key: bytes, os_major: int, country: str | None) -> bytes:
     """Where the click-window taps of one cohort (iOS major version, country)
-    start in ``click_window_by_cohort``; each key goes on with ms | click id."""
+    start in ``click_window_by_cohort``; each key goes on as
+    :func:`window_cohort_key` says (schema 7)."""
     return (scope_key + part(str(os_major).encode())
             + part(country.encode() if country is not None else None))
+
+
+WINDOW_BUCKET_MS = 15 * 60_000
+"""The click window's cohort index groups taps by the quarter hour (the
+shortest window) before the link: see storage/click_window_store.py."""
+
+
+def window_cohort_key(cohort_prefix: bytes, link16: bytes, tail: bytes) -> bytes:
+    """A tap's key in ``click_window_by_cohort``: its cohort's prefix, the start
+    of its quarter hour, its link, then ``tail`` (its ms | click id)."""
+    at_ms = int.from_bytes(tail[:8], "big")
+    return cohort_prefix + ms(at_ms - at_ms % WINDOW_BUCKET_MS) + link16 + tail
 
 
 def window_net_prefix(scope_key: bytes, net_hash: bytes, os_major: int | None = None) -> bytes:

@@ -19,7 +19,7 @@ import lmdb
 
 from storage import layout
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 _KEY = b"schema_version"
 _RESUME = b"schema_resume"  # b"<version>:" + where the unfinished migration goes on
 SLICE = 10_000  # records a resumable migration rewrites in one transaction
@@ -119,6 +119,25 @@ def _window_without_time_index(txn: lmdb.Transaction, dbs: Databases) -> None:
     txn.drop(dbs[b"click_window_by_time"], delete=False)
 
 
+def _cohort_index_by_link(txn: lmdb.Transaction, dbs: Databases) -> None:
+    """7: the click window's cohort index is keyed project | mode | iOS major |
+    country | quarter hour | link id | ms | click id -> nothing (was: ... | ms
+    | click id -> link id), so a launch seeks from link to link instead of
+    reading every tap of its cohort (storage/click_window_store.py). Rebuilt
+    from the entries, as schema 3 built it: one record per tap of the last 6
+    hours."""
+    import cbor2
+
+    by_cohort = dbs[b"click_window_by_cohort"]
+    txn.drop(by_cohort, delete=False)
+    for key, raw in txn.cursor(db=dbs[b"click_window"]).iternext():
+        k = bytes(key)
+        m = cbor2.loads(bytes(raw))
+        txn.put(layout.window_cohort_key(
+            layout.window_cohort_prefix(k[:17], int(m["os_major"]), m.get("country")),
+            layout.uid(str(m["link_id"])), k[17:]), b"", db=by_cohort)
+
+
 def _rekey(txn: lmdb.Transaction, db: Any, old_size: int,
            new_key: Callable[[bytes, bytes], bytes | None], resume: bytes) -> Resume:
     """Give the next ``SLICE`` keys of ``db`` from ``resume`` on that are
@@ -166,6 +185,7 @@ MIGRATIONS: dict[int, Migration] = {
     4: _order_event_ids_by_time,
     5: _decisions_into_the_time_index,
     6: _once(_window_without_time_index),
+    7: _once(_cohort_index_by_link),  # one record per tap of the last 6 hours
 }
 
 

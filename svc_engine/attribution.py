@@ -59,6 +59,7 @@ from collections.abc import Sequence
 import attrs
 
 from svc_engine.click_window import (
+    COHORT_TAPS_COUNTED,
     NET_HASH_TTL_MS,
     Candidates,
     ClickWindowEntry,
@@ -174,7 +175,8 @@ def decide_first_launch(launch: LaunchFacts, *, token: Token | None,
     if network_skip(launch, settings, net_hash) is None:
         network = Candidates.of(e for e in recent if e.net_hash == net_hash)
     if cohort_skip(launch, settings) is None:
-        cohort = Candidates.of(e for e in recent if e.country == launch.country)
+        cohort = Candidates.of((e for e in recent if e.country == launch.country),
+                               list_all=False, tap_cap=COHORT_TAPS_COUNTED)
     return decide_from_candidates(launch, token=token, network=network, cohort=cohort,
                                   settings=settings, net_hash=net_hash, now_ms=now_ms)
 
@@ -265,7 +267,7 @@ def _try_network(launch: LaunchFacts, found: Candidates, settings: DeferredSetti
         note(Outcome.NO_CANDIDATES, f"no tap from this network in the last {minutes} minutes")
         return None
     if found.links > 1:
-        note(Outcome.CONFLICT, f"{found.taps} taps from this network point to {found.links} links")
+        note(Outcome.CONFLICT, "taps from this network point to more than one link")
         return None
     if found.link_id is None or net_hash is None or len(found.click_ids) != found.taps:
         raise ValueError("a network group with one link names it and lists every tap")
@@ -290,10 +292,11 @@ def _try_cohort(launch: LaunchFacts, found: Candidates, settings: DeferredSettin
         note(Outcome.NO_CANDIDATES, f"no tap from {cohort} in the last {minutes} minutes")
         return None
     if found.links > 1:
-        note(Outcome.CONFLICT, f"{found.taps} taps from {cohort} point to {found.links} links")
+        note(Outcome.CONFLICT, f"taps from {cohort} point to more than one link")
         return None
     if found.link_id is None or not found.click_ids:
         raise ValueError("a cohort group with one link names it and lists its oldest tap")
-    note(Outcome.MATCHED, f"{found.taps} tap(s) from {cohort}; the oldest is consumed")
+    counted = f"{found.taps} or more taps" if found.more else f"{found.taps} tap(s)"
+    note(Outcome.MATCHED, f"{counted} from {cohort}; the oldest is consumed")
     return Matched(link_id=found.link_id, confidence=Confidence.PROBABILISTIC,
                    method=Method.PROBABILISTIC_MATCH, consume_click_ids=found.click_ids[:1])

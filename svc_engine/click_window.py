@@ -13,12 +13,15 @@ A first launch looks at the taps of the last ``probabilisticWindowMinutes``
 - the cohort group: taps with the launch's mode, iOS major version and country.
 
 Each group reaches the decision (``svc_engine.attribution``) as
-:class:`Candidates`: how many taps, how many distinct links they point to,
-that link when there is exactly one, and click IDs oldest first (tap time,
-then click ID). A group can be summarized from a list of entries
+:class:`Candidates`: how many distinct links its taps point to, up to two
+(two or more is a conflict, whatever the rest), and with exactly one link,
+that link, its taps counted and its click IDs oldest first (tap time, then
+click ID). A group can be summarized from a list of entries
 (:meth:`Candidates.of`) or by the store straight from its indexes, without
 reading the rest of the window: the summary is all the decision needs, so a
-launch costs the size of its groups, not of the window.
+launch costs at most its network group and a bounded part of its cohort
+group (:data:`COHORT_TAPS_COUNTED`), not the window, and not a crowded
+cohort.
 
 Entries live for the project's window (:func:`window_retention_ms`, at most
 6 h); a network hash goes with its entry, or earlier when a launch matched it,
@@ -84,29 +87,45 @@ class ClickWindowEntry:
                    net_hash=opt_bytes(m, "net_hash"))
 
 
+COHORT_TAPS_COUNTED = 100
+"""How many taps of a cohort's one link a launch counts (for the debugger's
+words) before it stops: a crowded cohort costs a launch no more than this."""
+
+
 @attrs.frozen
 class Candidates:
     """One group of window taps a launch may match, summarized.
 
-    ``taps`` counts them; ``links`` counts the distinct links they point to;
-    ``link_id`` is that link when ``links`` is 1. ``click_ids`` lists taps
-    oldest first (tap time, then click ID): every tap for the network group
-    (a network match consumes them all), at least the oldest for the cohort
-    group (a cohort match consumes only the oldest)."""
+    ``links`` counts the distinct links the taps point to, up to 2: two means
+    two or more, a conflict, and the count stops there, so a crowded group
+    costs a launch no more than a quiet one. With exactly one link,
+    ``link_id`` names it, ``taps`` counts its taps (up to ``tap_cap`` when one
+    is given; ``more``: there are more than that) and ``click_ids`` lists them
+    oldest first (tap time, then click ID): every tap for the network group (a
+    network match consumes them all), the oldest for the cohort group (a
+    cohort match consumes only the oldest). With none or two, ``taps`` is 0
+    and nothing is listed: the decision needs nothing more."""
 
     taps: int = 0
     links: int = 0
     link_id: str | None = None
     click_ids: tuple[str, ...] = ()
+    more: bool = False
 
     @classmethod
-    def of(cls, entries: Iterable[ClickWindowEntry]) -> Candidates:
-        """The summary of ``entries`` (already filtered to one group), listing all."""
+    def of(cls, entries: Iterable[ClickWindowEntry], *, list_all: bool = True,
+           tap_cap: int | None = None) -> Candidates:
+        """The summary of ``entries`` (already filtered to one group): every tap
+        listed, or only the oldest (``list_all=False``); taps counted up to
+        ``tap_cap``."""
         found = sorted(entries, key=lambda e: (e.at_ms, e.click_id))
         links = {e.link_id for e in found}
-        return cls(taps=len(found), links=len(links),
-                   link_id=next(iter(links)) if len(links) == 1 else None,
-                   click_ids=tuple(e.click_id for e in found))
+        if len(links) != 1:
+            return cls(links=min(len(links), 2))
+        ids = tuple(e.click_id for e in found)
+        taps = len(found) if tap_cap is None else min(len(found), tap_cap)
+        return cls(taps=taps, links=1, link_id=found[0].link_id,
+                   click_ids=ids if list_all else ids[:1], more=taps < len(found))
 
 
 def window_bounds(window_minutes: int, now_ms: int) -> tuple[int, int]:

@@ -22,6 +22,7 @@ from svc_engine.attribution import (
     network_skip,
     window_bounds,
 )
+from svc_engine.click_window import COHORT_TAPS_COUNTED
 from svc_engine.keys import Mode
 from svc_engine.settings import DeferredSettings
 
@@ -50,8 +51,13 @@ def test_window_bounds_include_both_edges(minutes: int, bounds: tuple[int, int])
 def test_candidates_of_lists_oldest_first_then_by_click_id() -> None:
     found = Candidates.of([tap("c3", ago_ms=MIN), tap("c2", LINK_B, ago_ms=9 * MIN),
                            tap("c1", ago_ms=9 * MIN)])
-    assert found == Candidates(taps=3, links=2, link_id=None, click_ids=("c1", "c2", "c3"))
-    assert Candidates.of([tap("c1"), tap("c2")]).link_id == LINK_A
+    assert found == Candidates(links=2)  # a conflict: nothing else is needed
+    one = [tap("c3", ago_ms=MIN), tap("c2", ago_ms=9 * MIN), tap("c1", ago_ms=9 * MIN)]
+    assert Candidates.of(one) == Candidates(taps=3, links=1, link_id=LINK_A,
+                                            click_ids=("c1", "c2", "c3"))
+    assert Candidates.of(one, list_all=False, tap_cap=2) == Candidates(
+        taps=2, links=1, link_id=LINK_A, click_ids=("c1",), more=True)
+    assert Candidates.of(one, tap_cap=3).more is False
     assert Candidates.of([]) == Candidates()
 
 
@@ -80,9 +86,7 @@ def test_which_groups_a_launch_needs(launch: LaunchFacts, settings: DeferredSett
 def test_a_cohort_summary_listing_only_the_oldest_decides_the_same(
         drawn: list[tuple[str, int]]) -> None:
     window = [tap(f"c{i}", link, ago_ms=ago) for i, (link, ago) in enumerate(drawn)]
-    full = Candidates.of(window)
-    short = Candidates(taps=full.taps, links=full.links, link_id=full.link_id,
-                       click_ids=full.click_ids[:1])
+    short = Candidates.of(window, list_all=False)
     decided = decide_from_candidates(IOS, token=None, network=Candidates(), cohort=short,
                                      settings=PROB, net_hash=None, now_ms=NOW)
     assert decided == decide_first_launch(IOS, token=None, window=window, settings=PROB,
@@ -91,13 +95,19 @@ def test_a_cohort_summary_listing_only_the_oldest_decides_the_same(
 
 def test_the_counts_reach_the_debugger() -> None:
     decided = decide_from_candidates(
-        IOS, token=None, network=Candidates(taps=3, links=2),
-        cohort=Candidates(taps=8414, links=996, click_ids=("c1",)), settings=PROB_IP,
-        net_hash=NET, now_ms=NOW)
+        IOS, token=None, network=Candidates(links=2),
+        cohort=Candidates(links=2), settings=PROB_IP, net_hash=NET, now_ms=NOW)
     assert isinstance(decided, Unattributed)
     assert decided.reasons[1:] == (
-        "probabilistic_network: conflict: 3 taps from this network point to 2 links",
-        "probabilistic_cohort: conflict: 8414 taps from iOS 17 in DE point to 996 links")
+        "probabilistic_network: conflict: taps from this network point to more than one link",
+        "probabilistic_cohort: conflict: taps from iOS 17 in DE point to more than one link")
+    counted = [decide_from_candidates(
+        IOS, token=None, network=Candidates(), settings=PROB, net_hash=None, now_ms=NOW,
+        cohort=Candidates(taps=taps, links=1, link_id=LINK_A, click_ids=("c1",), more=more))
+        for taps, more in ((3, False), (COHORT_TAPS_COUNTED, True))]
+    assert [d.trials[-1].detail for d in counted] == [
+        "3 tap(s) from iOS 17 in DE; the oldest is consumed",
+        f"{COHORT_TAPS_COUNTED} or more taps from iOS 17 in DE; the oldest is consumed"]
 
 
 def test_a_network_match_consumes_every_listed_tap() -> None:

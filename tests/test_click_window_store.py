@@ -1,4 +1,4 @@
-"""The indexed click window (storage/click_window_store.py, schema 3) on real LMDB.
+"""The indexed click window (storage/click_window_store.py, schemas 3 and 7) on real LMDB.
 
 A launch judged from the store's indexes must decide exactly what the pure
 rules decide from the whole window (SPEC.md "Probabilistic matching flow",
@@ -24,12 +24,14 @@ from storage.codec import decode
 from storage.lmdb_store import LmdbStore
 from storage.schema import SCHEMA_VERSION
 from svc_engine.attribution import (
+    Candidates,
     ClickWindowEntry,
     LaunchFacts,
     Matched,
     decide_first_launch,
     decide_from_candidates,
 )
+from svc_engine.click_window import COHORT_TAPS_COUNTED
 from svc_engine.keys import Mode
 from svc_engine.settings import DeferredSettings
 
@@ -62,7 +64,8 @@ def expected_keys(project_id: str, entries: list[ClickWindowEntry]) -> dict[byte
         out[b"click_window"].add(scope + tail)
         out[b"click_window_by_cohort"].add(
             scope + layout.part(str(e.os_major).encode())
-            + layout.part(e.country.encode() if e.country is not None else None) + tail)
+            + layout.part(e.country.encode() if e.country is not None else None)
+            + layout.ms(e.at_ms // (15 * MIN) * (15 * MIN)) + layout.uid(e.link_id) + tail)
         if e.net_hash is not None:
             out[b"click_window_by_net"].add(
                 scope + layout.part(e.net_hash) + layout.part(str(e.os_major).encode()) + tail)
@@ -313,9 +316,124 @@ def test_migration_to_schema_3_indexes_the_window(tmp_path: os.PathLike[str]) ->
             assert stored_keys(txn, s) == written == expected_keys(PROJECT, entries)
             assert {bytes(k): bytes(v) for k, v in txn.cursor(
                 db=s.db(b"click_window_by_cohort")).iternext()} == values
-            assert set(values.values()) == {layout.uid(LINKS[0]), layout.uid(LINKS[1])}
+            assert set(values.values()) == {b""}  # the link is in the key (schema 7)
     finally:
         s.close()
+
+
+# --- schema 7: the cohort index keyed by link -----------------------------------------------
+
+
+def test_migration_to_schema_7_keys_the_cohort_index_by_link(
+        tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(str(tmp_path), "v6")
+    s = LmdbStore(path, map_size=16 << 20)
+    entries = [tap(1), tap(2, net=None, country=None, major=16, link=LINKS[1]),
+               tap(3, mode=Mode.TEST, ago=200 * MIN, link=LINKS[2])]
+    with s.env.begin(write=True) as txn:
+        for e in entries:
+            ClickWindow(s).put(txn, PROJECT, e)
+        written = stored_keys(txn, s)
+        # the cohort index as schema 6 left it: ... | ms | click id -> link id
+        cohort = s.db(b"click_window_by_cohort")
+        txn.drop(cohort, delete=False)
+        for e in entries:
+            scope = layout.scope(PROJECT, e.mode.value)
+            txn.put(layout.window_cohort_prefix(scope, e.os_major, e.country)
+                    + layout.ms(e.at_ms) + layout.uid(e.click_id), layout.uid(e.link_id),
+                    db=cohort)
+        txn.put(b"schema_version", b"6", db=s.db(b"meta"))
+    s.close()
+    s = LmdbStore(path, map_size=16 << 20)
+    try:
+        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode() == b"7"
+        with s.read() as txn:
+            assert stored_keys(txn, s) == written == expected_keys(PROJECT, entries)
+            found = ClickWindow(s).candidates(
+                txn, PROJECT, LaunchFacts(mode=Mode.LIVE, platform="ios", os_major=17,
+                                          country="DE"),
+                DeferredSettings(probabilistic_matching=True), None, NOW)
+            assert found.cohort.click_ids == (click_id(1),)
+    finally:
+        s.close()
+
+
+# --- cost: a crowded cohort costs a launch a few seeks ---------------------------------------
+
+
+class _CountingCursor:
+    """A cursor that counts its moves (every call that positions it)."""
+
+    def __init__(self, inner: lmdb.Cursor, moves: list[int]) -> None:
+        self._inner, self._moves = inner, moves
+
+    def __getattr__(self, name: str) -> object:
+        found = getattr(self._inner, name)
+        if name not in ("set_range", "next", "first", "last", "prev", "iternext"):
+            return found
+
+        def counted(*args: object, **kwargs: object) -> object:
+            self._moves[0] += 1
+            result = found(*args, **kwargs)
+            if name == "iternext":  # each item read is a move
+                return (self._moves.__setitem__(0, self._moves[0] + 1) or item
+                        for item in result)
+            return result
+
+        return counted
+
+
+class _CountingTxn:
+    def __init__(self, inner: lmdb.Transaction) -> None:
+        self._inner, self.moves = inner, [0]
+
+    def cursor(self, db: object = None) -> _CountingCursor:
+        return _CountingCursor(self._inner.cursor(db=db), self.moves)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize("crowd", ["one link", "many links"])
+def test_a_crowded_cohort_costs_a_launch_a_bounded_read(store: LmdbStore, crowd: str) -> None:
+    """3,000 taps in the launch's cohort and window (and 1,000 of other links
+    before the window): the cohort read moves the cursor a bounded number of
+    times (the taps counted, a few seeks a quarter hour), not once a tap;
+    what it finds decides as the pure rules do over the whole window."""
+    window = ClickWindow(store)
+    links = [LINKS[0]] if crowd == "one link" else [
+        f"{n:08x}-0000-4000-8000-000000000002" for n in range(50)]
+    inside = [tap(1000 + i, ago=(1 + i % 100) * MIN, net=None, link=links[i % len(links)])
+              for i in range(3000)]
+    before = [tap(5000 + i, ago=(130 + i % 100) * MIN, net=None,
+                  link=f"{i:08x}-0000-4000-8000-000000000003") for i in range(1000)]
+    launch = LaunchFacts(mode=Mode.LIVE, platform="ios", os_major=17, country="DE")
+    deferred = DeferredSettings(probabilistic_matching=True)
+    txn = store.env.begin(write=True)
+    try:
+        for e in inside + before:
+            window.put(txn, PROJECT, e)
+        counting = _CountingTxn(txn)
+        found = window.candidates(counting, PROJECT, launch,  # type: ignore[arg-type]
+                                  deferred, None, NOW)
+        # the taps counted and a few seeks in each of the window's quarter
+        # hours (9 of them here); read tap by tap it would be 3,000 and more
+        assert counting.moves[0] <= COHORT_TAPS_COUNTED + 60
+        if crowd == "many links":  # the second link ends the read: nothing counted past it
+            assert counting.moves[0] <= 60
+        decision = decide_from_candidates(launch, token=None, network=found.network,
+                                          cohort=found.cohort, settings=deferred,
+                                          net_hash=None, now_ms=NOW)
+        assert decision == decide_first_launch(launch, token=None, window=inside + before,
+                                               settings=deferred, net_hash=None, now_ms=NOW)
+        if crowd == "one link":
+            assert found.cohort == Candidates(
+                taps=COHORT_TAPS_COUNTED, links=1, link_id=LINKS[0], more=True,
+                click_ids=(click_id(1000 + 99),))  # the oldest: 100 minutes ago
+        else:
+            assert found.cohort == Candidates(links=2)
+    finally:
+        txn.abort()
 
 
 @pytest.mark.parametrize(("a", "b"), [
