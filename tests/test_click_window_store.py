@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import attrs
 import lmdb
@@ -387,7 +388,7 @@ class _CountingTxn:
     def __init__(self, inner: lmdb.Transaction) -> None:
         self._inner, self.moves = inner, [0]
 
-    def cursor(self, db: object = None) -> _CountingCursor:
+    def cursor(self, db: Any = None) -> _CountingCursor:
         return _CountingCursor(self._inner.cursor(db=db), self.moves)
 
     def __getattr__(self, name: str) -> object:
