@@ -242,10 +242,12 @@ def render_memory(d: Mapping[str, Any]) -> str:
     lines += table(["window", "RssAnon idle", "RssFile idle", "RssAnon after launches",
                     "RssFile after launches", "iOS init latency (ms)"], rows)
     lines += ["", "The window lives in LMDB, not in the heap: at rest an entry costs the "
-              "process nothing. An iOS first launch reads key ranges of the window's cohort "
-              "and network indexes (keys and link ids, nothing decoded) and deletes the "
-              "consumed tap by key, so its latency depends on the taps of its own cohort, "
-              "not on the window's size."]
+              "process nothing. An iOS first launch reads its network group and a bounded "
+              "part of its cohort group from the window's indexes (keys only, nothing "
+              "decoded; a few seeks a quarter hour, at most 100 taps counted) and deletes "
+              "the consumed tap by key, so its latency depends neither on the window's "
+              "size nor on how crowded its cohort is. The first launches after a start "
+              "also fault in the index pages they read (RssFile after launches)."]
     return "\n".join(lines)
 
 
