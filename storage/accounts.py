@@ -12,8 +12,6 @@ size of what is live without a separate timer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import attrs
 import lmdb
 
@@ -216,20 +214,6 @@ async def remove_member(store: LmdbStore, org_id: str, actor: Role, user_id: str
 
 
 # -- usage --------------------------------------------------------------------------
-
-def count_links(store: LmdbStore, project_ids: Iterable[str]) -> int:
-    """Entries in ``links_by_project`` for these projects (both modes)."""
-    total = 0
-    with store.read() as txn:
-        cur = txn.cursor(db=store.db(b"links_by_project"))
-        for pid in project_ids:
-            prefix = layout.uid(pid)
-            ok = cur.set_range(prefix)
-            while ok and bytes(cur.key()).startswith(prefix):
-                total += 1
-                ok = cur.next()
-    return total
-
 
 # -- plumbing -------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import pytest
 import segno
 from werkzeug.datastructures import MultiDict
 
-from storage import layout
+from storage import layout, links_store
 from svc_engine.errors import DestinationBlocked, ValidationError
 from svc_engine.ids import new_id
 from svc_engine.keys import Mode
@@ -315,6 +315,28 @@ async def test_list_filters_search_and_pages(app: App) -> None:
     assert paged.text.count('class="row-link strong"') == 20
     bad = await m.get("/dashboard/links?cursor=zz")
     assert bad.status_code == 400 and "start from the first page" in bad.text
+    await m.aclose()
+
+
+async def test_a_search_that_reads_its_whole_page_offers_older_links(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(8):
+        await api_link(app, path=f"/item/{i}", title="Old one" if i == 0 else f"Item {i}")
+    monkeypatch.setattr(links_store, "LIST_SCAN_CAP", 3)
+    m = await signed_in(app, owner(app))
+    first = await m.get("/dashboard/links?q=old")
+    assert "No match among the newest 3 links." in first.text
+    assert "No links match these filters." not in first.text
+    older = re.search(r'href="(/dashboard/links\?[^"]*cursor=[0-9a-f]+)" rel="next"', first.text)
+    assert older is not None and "Search older links" in first.text
+    second = await m.get(older.group(1).replace("&amp;", "&"))
+    assert "No match among the next 3 links." in second.text
+    third_url = re.search(r'href="(/dashboard/links\?[^"]*cursor=[0-9a-f]+)" rel="next"',
+                          second.text)
+    assert third_url is not None
+    third = await m.get(third_url.group(1).replace("&amp;", "&"))
+    assert third.text.count('class="row-link strong"') == 1 and "Old one" in third.text
+    assert 'rel="next"' not in third.text
     await m.aclose()
 
 

@@ -4,9 +4,10 @@ billing, organizations, projects, mode and theme."""
 from __future__ import annotations
 
 import re
+import uuid
 
-from storage import accounts
 from svc_engine.keys import KeyKind, Mode, key_hash
+from svc_engine.links import Link
 from svc_engine.plans import Plan
 from svc_engine.records import Role
 from tests.conftest import App
@@ -134,20 +135,21 @@ async def test_plan_change_by_owner_only_and_never_below_usage(app: App) -> None
     await admin.aclose()
 
 
-async def test_links_are_counted_from_links_by_project(app: App) -> None:
-    store = app.services.store
-    pid = bytes.fromhex(app.project_id.replace("-", ""))
-
-    def op(txn: object) -> None:
-        for i in range(3):
-            txn.put(pid + b"t" + i.to_bytes(8, "big"), b"",  # type: ignore[attr-defined]
-                    db=store.db(b"links_by_project"))
-
-    await store.write(op)
-    assert accounts.count_links(store, [app.project_id]) == 3
+async def test_billing_counts_links_as_the_quota_does(app: App) -> None:
+    """Live links of both modes, a deleted one not counted: the number link
+    creation checks the plan's quota against."""
+    links = app.services.links
+    made = []
+    for i, mode in enumerate((Mode.TEST, Mode.LIVE, Mode.LIVE)):
+        made.append(await links.create(
+            Link(id=str(uuid.uuid4()), project_id=app.project_id, mode=mode,
+                 domain="svc.test", slug=f"counted{i}", path="/p", created_at_ms=1,
+                 updated_at_ms=1), org_id=app.org_id, quota=None, idem=None))
+    await links.delete(app.project_id, "live", made[2].id, app.org_id, 2, None)
+    assert links.org_link_count(app.org_id) == 2
     m = await signed_in(app, owner(app))
     page = await m.get("/dashboard/settings/billing")
-    assert re.search(r"Links</span><span class=\"meter-value\">3 ", page.text)
+    assert re.search(r"Links</span><span class=\"meter-value\">2 ", page.text)
     await m.aclose()
 
 

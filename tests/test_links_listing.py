@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import uuid
 
+import attrs
 import lmdb
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from storage import layout
+from storage import layout, links_store
 from storage.codec import encode
 from storage.links_store import LinksStore
 from storage.lmdb_store import LmdbStore
@@ -62,3 +66,69 @@ async def test_delete_finds_the_key_with_or_without_a_sequence(store: LmdbStore)
     assert links.list(PROJECT, "test").links == []
     with store.read() as txn:
         assert txn.stat(store.db(b"links_by_project"))["entries"] == 0
+
+
+# -- a page reads a bounded part of the listing ---------------------------------------------
+
+
+async def test_a_search_reads_a_bounded_page_and_goes_on_by_cursor(
+        store: LmdbStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With LIST_SCAN_CAP entries read, a page stops: short or empty, partial,
+    with a cursor; following the cursors finds exactly what one unbounded
+    read would, newest first."""
+    links = LinksStore(store)
+    made = [await links.create(link(i, NOW + i), org_id=ORG, quota=None, idem=None)
+            for i in range(35)]
+    monkeypatch.setattr(links_store, "LIST_SCAN_CAP", 10)
+    found: list[str] = []
+    partials: list[bool] = []
+    cursor = None
+    while True:
+        page = links.list(PROJECT, "test", limit=5, cursor=cursor, query="slug0000")
+        found += [x.slug for x in page.links]
+        partials.append(page.partial)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    # slug00000..slug00009 match; the newest 25 links hold none of them: two
+    # pages of 10 read and nothing found, then two full pages of 5
+    assert found == [f"slug{i:05d}" for i in range(9, -1, -1)]
+    assert partials == [True, True, False, False]
+    page = links.list(PROJECT, "test", limit=50)
+    assert len(page.links) == 10 and page.partial and page.next_cursor is not None
+    everything = links.list(PROJECT, "test", limit=3)
+    assert not everything.partial and [x.id for x in everything.links] == [
+        x.id for x in made[:-4:-1]]
+
+
+texts = st.text(alphabet="aAkKiI \u0130\u212a\u00e9-/", max_size=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(slug=st.text(alphabet="aAkKiI\u0130\u212a-", min_size=1, max_size=5),
+       path=texts, title=st.none() | texts, campaign=st.none() | texts,
+       tags=st.lists(texts, max_size=2), query=st.none() | texts.filter(bool),
+       want_campaign=st.none() | texts, want_tag=st.none() | texts)
+def test_a_record_skipped_from_its_bytes_never_matches(
+        slug: str, path: str, title: str | None, campaign: str | None, tags: list[str],
+        query: str | None, want_campaign: str | None, want_tag: str | None) -> None:
+    """``_may_match`` says no only when ``_matches`` says no (İ and the Kelvin
+    sign lowercase to ASCII; a search with a space may span two fields)."""
+    x = attrs.evolve(link(0, NOW), slug=slug, path=path, title=title, campaign=campaign,
+                     tags=tags)
+    q = query.lower() if query else None
+    needles = [v.encode() for v in (want_campaign, None, want_tag) if v]
+    if links_store._matches(x, want_campaign, None, want_tag, q):
+        assert links_store._may_match(encode(x), needles, links_store._search_bytes(q))
+
+
+@pytest.mark.parametrize(("fields", "query"), [
+    ({"slug": "ab", "path": "/cd"}, "ab /cd"),          # a search spanning two fields
+    ({"slug": "x", "title": "\u212aelvin"}, "kelvin"),  # the Kelvin sign lowercases to k
+    ({"slug": "x", "title": "\u0130stanbul"}, "i"),     # İ lowercases to i and a dot
+])
+def test_the_searches_bytes_cannot_judge_are_decided_by_the_fields(
+        fields: dict[str, str], query: str) -> None:
+    x = attrs.evolve(link(0, NOW), **fields)  # type: ignore[arg-type]
+    assert links_store._matches(x, None, None, None, query)
+    assert links_store._may_match(encode(x), [], links_store._search_bytes(query))

@@ -176,7 +176,9 @@ PATHS: dict[str, dict[str, Any]] = {
         "post": op("Create a link (custom slug and domain allowed)", key="server",
                    body=LINK_CREATE_SERVER, ok=201, answer=SHORT_LINK, errors=(429,),
                    write=True),
-        "get": op("List links, newest first", key="server", params=(
+        "get": op("List links, newest first; a page reads at most 5,000 links, so a "
+                  "filtered page may be short or empty with a nextCursor to go on from",
+                  key="server", params=(
             query("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
             query("cursor", {"type": "string"}), query("campaign", {"type": "string"}),
             query("channel", {"type": "string"}), query("tag", {"type": "string"}),

@@ -23,6 +23,7 @@ import segno
 from quart import Response, current_app, request, url_for
 from quart.typing import ResponseReturnValue
 
+from storage import links_store
 from storage.analytics_store import AnalyticsStore
 from storage.dashboard_reads import link_click_totals
 from svc_engine.analytics import DayRange
@@ -107,6 +108,7 @@ def register(dash: Dashboard) -> None:
         cursor = request.args.get("cursor") or None
         rows: list[Link] = []
         next_cursor = None
+        partial = False
         if viewer.project is not None:
             try:
                 page = links.list(viewer.project.id, viewer.mode.value, limit=PAGE_SIZE,
@@ -116,7 +118,7 @@ def register(dash: Dashboard) -> None:
             except ValueError:  # a cursor that is not hex, or not this project's
                 raise ValidationError("That page of links no longer exists; start from the "
                                       "first page.", field="cursor") from None
-            rows, next_cursor = page.links, page.next_cursor
+            rows, next_cursor, partial = page.links, page.next_cursor, page.partial
         days = last_days(dash.now_ms(), 30)
         clicks = (link_click_totals(dash.store, viewer.project.id, viewer.mode,
                                     [r.id for r in rows], days.days())
@@ -127,6 +129,7 @@ def register(dash: Dashboard) -> None:
             "links.html", viewer, links=rows, clicks=clicks, filters=filters, filtering=filtering,
             cursor=cursor, next_url=url_for("links", **filtering, cursor=next_cursor)
             if next_cursor else None, first_url=url_for("links", **filtering),
+            partial=partial, searched=links_store.LIST_SCAN_CAP,
             used=used, limit=limit, public_url=public_url(), now_ms=dash.now_ms())
 
     # -- create -------------------------------------------------------------------------
