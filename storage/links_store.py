@@ -147,8 +147,9 @@ class LinksStore:
                     break
                 read, last = read + 1, k
                 raw = txn.get(k[-16:], db=self._links)
-                if raw is not None and _may_match(bytes(raw), needles, q_ascii):
-                    link = decode(Link, bytes(raw))
+                body = bytes(raw) if raw is not None else None
+                if body is not None and _may_match(body, needles, q_ascii):
+                    link = decode(Link, body)
                     if not link.deleted and _matches(link, campaign, channel, tag, q):
                         out.append(link)
                 ok = cur.prev()

@@ -49,8 +49,8 @@ class Token:
         by their text, so a token is written next to the ones issued just
         before it rather than on a random page of the tree. The random part
         alone makes the token unguessable; the time it reveals is the tap's,
-        which whoever holds the token saw happen. Tokens issued before this format (the
-        random part alone) are looked up the same way."""
+        which whoever holds the token saw happen. Tokens issued before this
+        format (the random part alone) are looked up the same way."""
         if len(random_bytes) < 16:
             raise ValueError("a token needs at least 16 random bytes")
         if not 0 <= now_ms < _TIME_LIMIT_MS:
