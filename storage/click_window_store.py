@@ -1,23 +1,37 @@
 """The probabilistic click window in LMDB, indexed so a launch reads only its candidates.
 
 Every tap is one entry in ``click_window`` (project | mode | ms | click id ->
-``ClickWindowEntry``; the expiry sweep reads each project and mode's oldest
-entries from there) and one key in each of:
+``ClickWindowEntry`` without its network hash; the expiry sweep reads each
+project and mode's oldest entries from there) and, while it can still be
+matched, one key in each of:
 
 - ``click_window_by_cohort`` (project | mode | iOS major | country | quarter
-  hour | link id | ms | click id -> nothing; schema 7): the cohort group of
-  a launch is one key range, in it each quarter hour one range, and in that
-  each link's taps one range in time order;
+  hour | link id | ms | click id -> the tap's network hash, or nothing;
+  schema 8): the cohort group of a launch is one key range, in it each
+  quarter hour one range, and in that each link's taps one range in time
+  order;
 - ``click_window_by_net`` (project | mode | net hash | iOS major | ms |
   click id -> link id), for taps with a network hash: the network group is
   one key range, and every tap of a network is one prefix (deleting a hash).
 
-All three change together, inside the caller's write transaction: :meth:`put`
-adds a tap, consuming (:meth:`consume`), forgetting a hash
-(:meth:`forget_net_hash`) and the sweep (:meth:`sweep`) remove it or its hash
-from each. A launch (:meth:`candidates`) reads two key ranges, keys and link ids only,
+So a tap's cohort row is what makes it matchable, and the network hash is
+kept only in the two index rows (the cohort row's value and the network
+row's key), never in the entry. A match (:meth:`consume`) deletes the
+consumed taps' cohort and network rows, and so their hashes, and leaves
+their entries to the sweep: deleting an entry is one more random leaf
+written and flushed with the launch's commit (bench/README.md, session 19:
+about a page and a third a matched launch, 1.07 of the rate in five
+alternating rounds), while the sweep deletes old entries in time order,
+many to a page. Forgetting a hash (:meth:`forget_net_hash`) empties it from
+the cohort rows and deletes the network rows; the sweep (:meth:`sweep`)
+deletes an old tap's entry and whatever rows it still has. Readers of the
+entries (:meth:`entries`, :meth:`newest`, :meth:`holds`) count a tap as in
+the window only while its cohort row stands, and give it the hash found
+there. All of it changes inside the caller's write transaction.
+
+A launch (:meth:`candidates`) reads two key ranges, keys and link ids only,
 and summarizes each group for the pure decision (``Candidates``); the taps a
-match consumes are deleted by key. Neither read goes on once the group has
+match consumes are released by key. Neither read goes on once the group has
 taps of a second link (a conflict, whatever the rest holds). The cohort read
 goes through the window's quarter hours, newest first, and in each seeks
 from link to link: a link costs one seek, however many taps it has, and at
@@ -84,19 +98,19 @@ class ClickWindow:
         holds the GIL while the request loop waits for it) only stores them."""
         scope = layout.scope(project_id, entry.mode.value)
         tail = layout.ms(entry.at_ms) + layout.uid(entry.click_id)
-        link = layout.uid(entry.link_id)
-        out = [(scope + tail, encode(entry), self._entries),
-               (layout.window_cohort_key(
-                   layout.window_cohort_prefix(scope, entry.os_major, entry.country), link, tail),
-                b"", self._by_cohort)]
-        if entry.net_hash is not None:
-            out.append((layout.window_net_prefix(scope, entry.net_hash, entry.os_major) + tail,
-                        link, self._by_net))
+        net = entry.net_hash
+        stored = entry if net is None else attrs.evolve(entry, net_hash=None)
+        out = [(scope + tail, encode(stored), self._entries),
+               (_cohort_key(scope, entry, tail), net or b"", self._by_cohort)]
+        if net is not None:
+            out.append((layout.window_net_prefix(scope, net, entry.os_major) + tail,
+                        layout.uid(entry.link_id), self._by_net))
         return out
 
     def entries(self, txn: lmdb.Transaction, project_id: str, mode: str,
                 since_ms: int) -> list[ClickWindowEntry]:
-        """Every entry of a project's window from ``since_ms`` on (the debugger)."""
+        """Every tap of a project's window from ``since_ms`` on that a launch
+        could still match, with its network hash (the debugger)."""
         scope = layout.scope(project_id, mode)
         cur = txn.cursor(db=self._entries)
         out = []
@@ -105,27 +119,50 @@ class ClickWindow:
             k = bytes(cur.key())
             if not k.startswith(scope):
                 break
-            out.append(decode(ClickWindowEntry, bytes(cur.value())))
+            entry = self._matchable(txn, scope, k[17:], bytes(cur.value()))
+            if entry is not None:
+                out.append(entry)
             ok = cur.next()
         return out
 
     def newest(self, txn: lmdb.Transaction, project_id: str, mode: str, since_ms: int,
                limit: int) -> list[ClickWindowEntry]:
-        """At most ``limit`` entries from ``since_ms`` on, newest first, read
-        backwards from the end of the project's range (the debugger's list)."""
+        """At most ``limit`` taps from ``since_ms`` on that a launch could still
+        match, newest first, read backwards from the end of the project's
+        range (the debugger's list)."""
         scope = layout.scope(project_id, mode)
         cur = txn.cursor(db=self._entries)
         ok = cur.prev() if cur.set_range(scope + b"\xff" * 25) else cur.last()
         out: list[ClickWindowEntry] = []
+        since = layout.ms(max(0, since_ms))
         while ok and len(out) < limit:
-            if not bytes(cur.key()).startswith(scope):
+            k = bytes(cur.key())
+            if not k.startswith(scope) or k[17:25] < since:
                 break
-            entry = decode(ClickWindowEntry, bytes(cur.value()))
-            if entry.at_ms < since_ms:
-                break
-            out.append(entry)
+            entry = self._matchable(txn, scope, k[17:], bytes(cur.value()))
+            if entry is not None:
+                out.append(entry)
             ok = cur.prev()
         return out
+
+    def holds(self, txn: lmdb.Transaction, project_id: str, mode: str, at_ms: int,
+              click_id: str) -> bool:
+        """Whether the tap of this click is still in the window (not consumed,
+        not swept)."""
+        scope = layout.scope(project_id, mode)
+        tail = layout.ms(at_ms) + layout.uid(click_id)
+        raw = txn.get(scope + tail, db=self._entries)
+        return raw is not None and self._matchable(txn, scope, tail, bytes(raw)) is not None
+
+    def _matchable(self, txn: lmdb.Transaction, scope: bytes, tail: bytes,
+                   raw: bytes) -> ClickWindowEntry | None:
+        """The stored entry with its network hash (from its cohort row), or
+        None once a launch consumed it (its entry waits for the sweep)."""
+        entry = decode(ClickWindowEntry, raw)
+        net = txn.get(_cohort_key(scope, entry, tail), db=self._by_cohort)
+        if net is None:
+            return None
+        return attrs.evolve(entry, net_hash=bytes(net)) if len(net) else entry
 
     # -- a launch -------------------------------------------------------------------
 
@@ -221,13 +258,14 @@ class ClickWindow:
 
     def consume(self, txn: lmdb.Transaction, project_id: str, mode: str, decision: Matched,
                 found: LaunchCandidates) -> None:
-        """Delete the taps a match consumed (by key), then forget its network hashes."""
+        """Take the taps a match consumed out of the indexes (by key), then
+        forget its network hashes. Their entries stay until the sweep."""
         scope = layout.scope(project_id, mode)
         for click_id in decision.consume_click_ids:
             tail = found.tails[click_id]  # the decision consumes listed taps only
             raw = txn.get(scope + tail, db=self._entries)
             if raw is not None:
-                self._remove(txn, scope, tail, decode(ClickWindowEntry, bytes(raw)))
+                self._release(txn, scope, tail, decode(ClickWindowEntry, bytes(raw)))
         for net in decision.delete_net_hashes:
             self.forget_net_hash(txn, scope, net)
 
@@ -236,21 +274,32 @@ class ClickWindow:
         prefix = layout.window_net_prefix(scope, net_hash)
         done = 0
         for k, _ in self.store.scan_in(txn, b"click_window_by_net", prefix):
-            key = scope + k[-_TAIL:]
-            raw = txn.get(key, db=self._entries)
+            tail = k[-_TAIL:]
+            raw = txn.get(scope + tail, db=self._entries)
             if raw is not None:
-                entry = decode(ClickWindowEntry, bytes(raw))
-                txn.put(key, encode(attrs.evolve(entry, net_hash=None)), db=self._entries)
+                key = _cohort_key(scope, decode(ClickWindowEntry, bytes(raw)), tail)
+                if txn.get(key, db=self._by_cohort) is not None:
+                    txn.put(key, b"", db=self._by_cohort)
             txn.delete(k, db=self._by_net)
             done += 1
         return done
 
+    def _release(self, txn: lmdb.Transaction, scope: bytes, tail: bytes,
+                 entry: ClickWindowEntry) -> None:
+        """Delete a tap's cohort row and, when it has a hash, its network row:
+        it can no longer be matched, and its hash is gone."""
+        net = txn.pop(_cohort_key(scope, entry, tail), db=self._by_cohort)
+        if net:
+            txn.delete(layout.window_net_prefix(scope, bytes(net), entry.os_major) + tail,
+                       db=self._by_net)
+
     # -- expiry ------------------------------------------------------------------------
 
     def sweep(self, txn: lmdb.Transaction, now_ms: int, limit: int) -> int:
-        """Delete up to ``limit`` taps older than the longest window (and so their
-        hashes, well within 7 hours): the oldest entries of each project and
-        mode, one key range each, then a seek past the rest of that scope.
+        """Delete up to ``limit`` taps older than the longest window, consumed
+        or not (and so their hashes, well within 7 hours): the oldest entries
+        of each project and mode, one key range each, then a seek past the
+        rest of that scope.
         (A tap's entry is read by key, so no separate time index is written
         with every tap and every consumption.)"""
         cutoff = layout.ms(max(0, now_ms - KEEP_MS))
@@ -271,13 +320,14 @@ class ClickWindow:
 
     def _remove(self, txn: lmdb.Transaction, scope: bytes, tail: bytes,
                 entry: ClickWindowEntry) -> None:
+        self._release(txn, scope, tail, entry)
         txn.delete(scope + tail, db=self._entries)
-        txn.delete(layout.window_cohort_key(
-            layout.window_cohort_prefix(scope, entry.os_major, entry.country),
-            layout.uid(entry.link_id), tail), db=self._by_cohort)
-        if entry.net_hash is not None:
-            txn.delete(layout.window_net_prefix(scope, entry.net_hash, entry.os_major) + tail,
-                       db=self._by_net)
+
+
+def _cohort_key(scope: bytes, entry: ClickWindowEntry, tail: bytes) -> bytes:
+    return layout.window_cohort_key(
+        layout.window_cohort_prefix(scope, entry.os_major, entry.country),
+        layout.uid(entry.link_id), tail)
 
 
 def _listed(tails_in_order: list[bytes], tails: dict[str, bytes]) -> Iterator[str]:

@@ -21,6 +21,7 @@ import attrs
 
 from storage import counters, layout
 from storage.attribution_store import OpenRecord
+from storage.click_window_store import ClickWindow
 from storage.codec import decode
 from storage.events_store import StoredEvent
 from storage.lmdb_store import LmdbStore
@@ -89,12 +90,11 @@ def find_click(store: LmdbStore, project_id: str, mode: Mode, click_id: str,
 
 
 def in_click_window(store: LmdbStore, click: Click) -> bool:
-    """Whether the click's probabilistic-window entry is still kept (it goes when
-    a launch consumes it or when it is older than the longest window)."""
-    key = layout.scope(click.project_id, click.mode.value) + layout.ms(click.at_ms) \
-        + layout.uid(click.id)
+    """Whether the click's tap is still in the probabilistic window (it leaves
+    when a launch consumes it or when it is older than the longest window)."""
     with store.read() as txn:
-        return txn.get(key, db=store.db(b"click_window")) is not None
+        return ClickWindow(store).holds(txn, click.project_id, click.mode.value, click.at_ms,
+                                        click.id)
 
 
 def clicks_of_link(store: LmdbStore, project_id: str, mode: Mode, link_id: str,

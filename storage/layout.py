@@ -44,11 +44,13 @@ DATABASES = (
     b"installs_by_time",  # project | mode | created ms | install id -> how its first launch
                           # was judged, b"" if none (schema 2; the decision since schema 5)
     b"clicks",           # project | mode | ms | click id -> Click
-    b"click_window",     # project | mode | ms | click id -> ClickWindowEntry
+    b"click_window",     # project | mode | ms | click id -> ClickWindowEntry, without
+                         # its net hash (schema 8); kept after a match until the sweep
     b"click_window_by_time",  # empty since schema 6 (the sweep reads click_window)
     b"click_window_by_cohort",  # project | mode | part(iOS major) | part(country) |
-                                # quarter hour (ms) | link id | ms | click id -> b""
-                                # (schema 7; schema 3: ... | ms | click id -> link id)
+                                # quarter hour (ms) | link id | ms | click id -> net
+                                # hash or b"", while the tap can be matched (schema 8;
+                                # 7: -> b""; 3: ... | ms | click id -> link id)
     b"click_window_by_net",  # project | mode | part(net hash) | part(iOS major) | ms
                              # | click id -> link id (schema 3)
     b"tokens_by_time",   # expires ms | token -> b"" (expiry sweep)

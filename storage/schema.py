@@ -19,7 +19,7 @@ import lmdb
 
 from storage import layout
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 _KEY = b"schema_version"
 _RESUME = b"schema_resume"  # b"<version>:" + where the unfinished migration goes on
 SLICE = 10_000  # records a resumable migration rewrites in one transaction
@@ -138,6 +138,27 @@ def _cohort_index_by_link(txn: lmdb.Transaction, dbs: Databases) -> None:
             layout.uid(str(m["link_id"])), k[17:]), b"", db=by_cohort)
 
 
+def _hashes_into_cohort_index(txn: lmdb.Transaction, dbs: Databases) -> None:
+    """8: a tap's network hash is kept in its cohort row's value (was: in its
+    entry), so a match deletes the tap's two index rows, and so its hash,
+    and leaves the entry to the sweep (storage/click_window_store.py). Each
+    entry with a hash gives it to its cohort row and is written without it:
+    one record per tap of the last 6 hours."""
+    import cbor2
+
+    entries, by_cohort = dbs[b"click_window"], dbs[b"click_window_by_cohort"]
+    moved: list[tuple[bytes, dict[str, Any]]] = []
+    for key, raw in txn.cursor(db=entries).iternext():
+        m = cbor2.loads(bytes(raw))
+        if m.get("net_hash") is not None:
+            moved.append((bytes(key), m))
+    for key, m in moved:
+        txn.put(layout.window_cohort_key(
+            layout.window_cohort_prefix(key[:17], int(m["os_major"]), m.get("country")),
+            layout.uid(str(m["link_id"])), key[17:]), bytes(m["net_hash"]), db=by_cohort)
+        txn.put(key, cbor2.dumps({**m, "net_hash": None}), db=entries)
+
+
 def _rekey(txn: lmdb.Transaction, db: Any, old_size: int,
            new_key: Callable[[bytes, bytes], bytes | None], resume: bytes) -> Resume:
     """Give the next ``SLICE`` keys of ``db`` from ``resume`` on that are
@@ -186,6 +207,7 @@ MIGRATIONS: dict[int, Migration] = {
     5: _decisions_into_the_time_index,
     6: _once(_window_without_time_index),
     7: _once(_cohort_index_by_link),  # one record per tap of the last 6 hours
+    8: _once(_hashes_into_cohort_index),  # the taps of the last 6 hours with a hash
 }
 
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import storage.click_window_store as cws
 from storage import layout
 from storage.click_window_store import KEEP_MS, ClickWindow
-from storage.codec import decode
+from storage.codec import decode, encode
 from storage.lmdb_store import LmdbStore
 from storage.schema import SCHEMA_VERSION
 from svc_engine.attribution import (
@@ -56,21 +56,57 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LmdbStore]:
     s.close()
 
 
-def expected_keys(project_id: str, entries: list[ClickWindowEntry]) -> dict[bytes, set[bytes]]:
-    """The keys of each database for ``entries``, spelled out from the layout."""
+def cohort_key(project_id: str, e: ClickWindowEntry) -> bytes:
+    scope = layout.scope(project_id, e.mode.value)
+    return (scope + layout.part(str(e.os_major).encode())
+            + layout.part(e.country.encode() if e.country is not None else None)
+            + layout.ms(e.at_ms // (15 * MIN) * (15 * MIN)) + layout.uid(e.link_id)
+            + layout.ms(e.at_ms) + layout.uid(e.click_id))
+
+
+def expected_keys(project_id: str, entries: list[ClickWindowEntry],
+                  live: list[ClickWindowEntry] | None = None) -> dict[bytes, set[bytes]]:
+    """The keys of each database for a window holding ``entries``, of which
+    ``live`` (all, unless given) a launch can still match, spelled out from
+    the layout: every entry stays until the sweep, a consumed tap has no row
+    in either index."""
     out: dict[bytes, set[bytes]] = {name: set() for name in INDEXES}
     for e in entries:
+        out[b"click_window"].add(layout.scope(project_id, e.mode.value)
+                                 + layout.ms(e.at_ms) + layout.uid(e.click_id))
+    for e in entries if live is None else live:
         scope = layout.scope(project_id, e.mode.value)
         tail = layout.ms(e.at_ms) + layout.uid(e.click_id)
-        out[b"click_window"].add(scope + tail)
-        out[b"click_window_by_cohort"].add(
-            scope + layout.part(str(e.os_major).encode())
-            + layout.part(e.country.encode() if e.country is not None else None)
-            + layout.ms(e.at_ms // (15 * MIN) * (15 * MIN)) + layout.uid(e.link_id) + tail)
+        out[b"click_window_by_cohort"].add(cohort_key(project_id, e))
         if e.net_hash is not None:
             out[b"click_window_by_net"].add(
                 scope + layout.part(e.net_hash) + layout.part(str(e.os_major).encode()) + tail)
     return out
+
+
+def cohort_values(txn: lmdb.Transaction, store: LmdbStore) -> dict[bytes, bytes]:
+    return {bytes(k): bytes(v)
+            for k, v in txn.cursor(db=store.db(b"click_window_by_cohort")).iternext()}
+
+
+def put_schema_7(txn: lmdb.Transaction, store: LmdbStore, project_id: str,
+                 e: ClickWindowEntry) -> None:
+    """A tap as schemas 3-7 stored it: its hash in its entry, no value in its
+    cohort row (the network row as now)."""
+    scope = layout.scope(project_id, e.mode.value)
+    tail = layout.ms(e.at_ms) + layout.uid(e.click_id)
+    txn.put(scope + tail, encode(e), db=store.db(b"click_window"))
+    txn.put(cohort_key(project_id, e), b"", db=store.db(b"click_window_by_cohort"))
+    if e.net_hash is not None:
+        txn.put(layout.window_net_prefix(scope, e.net_hash, e.os_major) + tail,
+                layout.uid(e.link_id), db=store.db(b"click_window_by_net"))
+
+
+def matchable(window: ClickWindow, txn: lmdb.Transaction,
+              project_id: str) -> list[ClickWindowEntry]:
+    """The project's taps a launch can still match, both modes, by click id."""
+    return sorted(window.entries(txn, project_id, "live", 0)
+                  + window.entries(txn, project_id, "test", 0), key=lambda e: e.click_id)
 
 
 def stored_keys(txn: lmdb.Transaction, store: LmdbStore) -> dict[bytes, set[bytes]]:
@@ -131,11 +167,14 @@ def test_indexed_launch_matches_the_pure_rules_and_keeps_indexes_in_step(
         for project_id, now_left in ((PROJECT, left), (OTHER_PROJECT, entries)):
             pid = layout.uid(project_id)
             assert {name: {k for k in ks if pid in (k[:16], k[8:24])}
-                    for name, ks in keys.items()} == expected_keys(project_id, now_left)
+                    for name, ks in keys.items()} == expected_keys(project_id, entries, now_left)
+        # no entry holds a hash; the taps still matchable get theirs from the cohort row
         assert sorted((decode(ClickWindowEntry, bytes(v)) for k, v in txn.cursor(
             db=store.db(b"click_window")).iternext() if k.startswith(layout.uid(PROJECT))),
                       key=lambda e: e.click_id
-                      ) == sorted(left, key=lambda e: e.click_id)
+                      ) == sorted((attrs.evolve(e, net_hash=None) for e in entries),
+                                  key=lambda e: e.click_id)
+        assert matchable(window, txn, PROJECT) == sorted(left, key=lambda e: e.click_id)
     finally:
         txn.abort()
 
@@ -167,10 +206,19 @@ def test_a_network_match_forgets_the_hash_on_every_tap_of_the_scope(store: LmdbS
                                           now_ms=NOW)
         assert isinstance(decision, Matched) and decision.consume_click_ids == (click_id(1),)
         window.consume(txn, PROJECT, "live", decision, found)
-        hashes = {e.click_id: e.net_hash for e in stored_entries(txn, store)}
+        hashes = {e.click_id: e.net_hash for e in matchable(window, txn, PROJECT)}
         assert hashes == {click_id(2): None, click_id(3): None, click_id(4): NET,
                           click_id(5): OTHER_NET}
         assert window.forget_net_hash(txn, layout.scope(PROJECT, "live"), NET) == 0
+        # the hash is nowhere: not in an entry, not in an index row
+        assert all(e.net_hash is None for e in stored_entries(txn, store))
+        live = layout.scope(PROJECT, "live")
+        values = cohort_values(txn, store)
+        assert {k: v for k, v in values.items() if k.startswith(live) and v} == {
+            cohort_key(PROJECT, entries[4]): OTHER_NET}
+        assert values[cohort_key(PROJECT, entries[3])] == NET  # the other mode's tap
+        assert not any(k.startswith(live + layout.part(NET))
+                       for k in stored_keys(txn, store)[b"click_window_by_net"])
     finally:
         txn.abort()
 
@@ -222,7 +270,7 @@ def test_migration_to_schema_6_empties_the_time_index(tmp_path: os.PathLike[str]
     path = os.path.join(str(tmp_path), "v5")
     s = LmdbStore(path, map_size=16 << 20)
     with s.env.begin(write=True) as txn:  # a data dir as schema 5 left it
-        ClickWindow(s).put(txn, PROJECT, tap(1))
+        put_schema_7(txn, s, PROJECT, tap(1))
         txn.put(layout.ms(NOW) + layout.scope(PROJECT, "live") + layout.uid(click_id(1)), b"",
                 db=s.db(b"click_window_by_time"))
         txn.put(b"schema_version", b"5", db=s.db(b"meta"))
@@ -301,10 +349,8 @@ def test_migration_to_schema_3_indexes_the_window(tmp_path: os.PathLike[str]) ->
                tap(3, mode=Mode.TEST, ago=200 * MIN), tap(4, net=b"x" * 300)]
     with s.env.begin(write=True) as txn:
         for e in entries:
-            ClickWindow(s).put(txn, PROJECT, e)
+            put_schema_7(txn, s, PROJECT, e)
         written = stored_keys(txn, s)
-        values = {bytes(k): bytes(v) for k, v in txn.cursor(
-            db=s.db(b"click_window_by_cohort")).iternext()}
         # the data dir as schema 2 left it: entries and the time index only
         txn.drop(s.db(b"click_window_by_cohort"), delete=False)
         txn.drop(s.db(b"click_window_by_net"), delete=False)
@@ -315,11 +361,20 @@ def test_migration_to_schema_3_indexes_the_window(tmp_path: os.PathLike[str]) ->
         assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
         with s.read() as txn:
             assert stored_keys(txn, s) == written == expected_keys(PROJECT, entries)
-            assert {bytes(k): bytes(v) for k, v in txn.cursor(
-                db=s.db(b"click_window_by_cohort")).iternext()} == values
-            assert set(values.values()) == {b""}  # the link is in the key (schema 7)
+            assert_schema_8_values(txn, s, entries)
     finally:
         s.close()
+
+
+def assert_schema_8_values(txn: lmdb.Transaction, s: LmdbStore,
+                           entries: list[ClickWindowEntry]) -> None:
+    """Each tap's hash in its cohort row's value (the link is in the key since
+    schema 7), none in its entry; the window reads as the taps put."""
+    assert cohort_values(txn, s) == {cohort_key(PROJECT, e): e.net_hash or b""
+                                     for e in entries}
+    assert all(e.net_hash is None for e in stored_entries(txn, s))
+    assert matchable(ClickWindow(s), txn, PROJECT) == sorted(entries,
+                                                             key=lambda e: e.click_id)
 
 
 # --- schema 7: the cohort index keyed by link -----------------------------------------------
@@ -333,7 +388,7 @@ def test_migration_to_schema_7_keys_the_cohort_index_by_link(
                tap(3, mode=Mode.TEST, ago=200 * MIN, link=LINKS[2])]
     with s.env.begin(write=True) as txn:
         for e in entries:
-            ClickWindow(s).put(txn, PROJECT, e)
+            put_schema_7(txn, s, PROJECT, e)
         written = stored_keys(txn, s)
         # the cohort index as schema 6 left it: ... | ms | click id -> link id
         cohort = s.db(b"click_window_by_cohort")
@@ -347,9 +402,10 @@ def test_migration_to_schema_7_keys_the_cohort_index_by_link(
     s.close()
     s = LmdbStore(path, map_size=16 << 20)
     try:
-        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode() == b"7"
+        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
         with s.read() as txn:
             assert stored_keys(txn, s) == written == expected_keys(PROJECT, entries)
+            assert_schema_8_values(txn, s, entries)
             found = ClickWindow(s).candidates(
                 txn, PROJECT, LaunchFacts(mode=Mode.LIVE, platform="ios", os_major=17,
                                           country="DE"),
@@ -357,6 +413,83 @@ def test_migration_to_schema_7_keys_the_cohort_index_by_link(
             assert found.cohort.click_ids == (click_id(1),)
     finally:
         s.close()
+
+
+# --- schema 8: the hash in the cohort row, the entry kept after a match -----------------------
+
+
+def test_migration_to_schema_8_moves_each_hash_into_its_cohort_row(
+        tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(str(tmp_path), "v7")
+    s = LmdbStore(path, map_size=16 << 20)
+    entries = [tap(1), tap(2, net=None, country=None, major=16, link=LINKS[1]),
+               tap(3, mode=Mode.TEST, ago=200 * MIN, net=OTHER_NET), tap(4, net=b"x" * 300)]
+    with s.env.begin(write=True) as txn:  # the data dir as schema 7 left it
+        for e in entries:
+            put_schema_7(txn, s, PROJECT, e)
+        written = stored_keys(txn, s)
+        assert set(cohort_values(txn, s).values()) == {b""}
+        txn.put(b"schema_version", b"7", db=s.db(b"meta"))
+    s.close()
+    s = LmdbStore(path, map_size=16 << 20)
+    try:
+        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode() == b"8"
+        with s.read() as txn:
+            assert stored_keys(txn, s) == written
+            assert_schema_8_values(txn, s, entries)
+        with s.env.begin(write=True) as txn:  # and a network match releases what it moved
+            window = ClickWindow(s)
+            launch = LaunchFacts(mode=Mode.LIVE, platform="ios", os_major=17, country=None)
+            deferred = DeferredSettings(probabilistic_matching=True,
+                                        probabilistic_ip_matching=True)
+            found = window.candidates(txn, PROJECT, launch, deferred, NET, NOW)
+            decision = decide_from_candidates(launch, token=None, network=found.network,
+                                              cohort=found.cohort, settings=deferred,
+                                              net_hash=NET, now_ms=NOW)
+            assert isinstance(decision, Matched) and decision.consume_click_ids == (
+                click_id(1),)
+            window.consume(txn, PROJECT, "live", decision, found)
+            assert stored_keys(txn, s) == expected_keys(PROJECT, entries, entries[1:])
+    finally:
+        s.close()
+
+
+def test_a_consumed_tap_leaves_the_window_at_once_and_its_entry_with_the_sweep(
+        store: LmdbStore) -> None:
+    """A match deletes the tap's index rows (and so its hash) and not its
+    entry: one random leaf fewer in the launch's commit. Every reader counts
+    the tap as gone; the sweep deletes its entry with the other old taps."""
+    window = ClickWindow(store)
+    mine, other = tap(1, ago=2 * MIN), tap(2, ago=MIN, major=16, link=LINKS[1])
+    launch = LaunchFacts(mode=Mode.LIVE, platform="ios", os_major=17, country="DE")
+    deferred = DeferredSettings(probabilistic_matching=True, probabilistic_ip_matching=True)
+    txn = store.env.begin(write=True)
+    try:
+        for e in (mine, other):
+            window.put(txn, PROJECT, e)
+        assert window.holds(txn, PROJECT, "live", mine.at_ms, mine.click_id)
+        found = window.candidates(txn, PROJECT, launch, deferred, NET, NOW)
+        decision = decide_from_candidates(launch, token=None, network=found.network,
+                                          cohort=found.cohort, settings=deferred,
+                                          net_hash=NET, now_ms=NOW)
+        assert isinstance(decision, Matched)
+        window.consume(txn, PROJECT, "live", decision, found)
+        # the entry is still stored, without a hash; no index row of it is left
+        assert stored_entries(txn, store) == [attrs.evolve(mine, net_hash=None),
+                                              attrs.evolve(other, net_hash=None)]
+        assert stored_keys(txn, store) == expected_keys(
+            PROJECT, [mine, other], [attrs.evolve(other, net_hash=None)])
+        assert not window.holds(txn, PROJECT, "live", mine.at_ms, mine.click_id)
+        assert window.entries(txn, PROJECT, "live", 0) == [attrs.evolve(other, net_hash=None)]
+        assert window.newest(txn, PROJECT, "live", 0, limit=5) == [
+            attrs.evolve(other, net_hash=None)]
+        # a second launch from the same cohort does not find it
+        again = window.candidates(txn, PROJECT, launch, deferred, NET, NOW)
+        assert (again.network, again.cohort) == (Candidates(), Candidates())
+        assert window.sweep(txn, NOW + KEEP_MS + 2 * MIN, limit=10) == 2
+        assert stored_keys(txn, store) == expected_keys(PROJECT, [])
+    finally:
+        txn.abort()
 
 
 # --- cost: a crowded cohort costs a launch a few seeks ---------------------------------------
