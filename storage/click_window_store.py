@@ -68,6 +68,7 @@ from svc_engine.attribution import (
 from svc_engine.click_window import COHORT_TAPS_COUNTED
 from svc_engine.settings import DeferredSettings
 
+NEWEST_SCAN = 5_000  # entries :meth:`ClickWindow.newest` examines at most
 KEEP_MS = 360 * 60_000  # the longest window; hashes go with their entries (< 7 h)
 _TAIL = 24  # ms | click id: the end of every key of a tap
 
@@ -129,19 +130,24 @@ class ClickWindow:
                limit: int) -> list[ClickWindowEntry]:
         """At most ``limit`` taps from ``since_ms`` on that a launch could still
         match, newest first, read backwards from the end of the project's
-        range (the debugger's list)."""
+        range (the debugger's list), among its newest ``NEWEST_SCAN`` entries:
+        consumed taps keep their entries until the sweep, and a window whose
+        taps were nearly all matched must not cost the page a read of all of
+        them."""
         scope = layout.scope(project_id, mode)
         cur = txn.cursor(db=self._entries)
         ok = cur.prev() if cur.set_range(scope + b"\xff" * 25) else cur.last()
         out: list[ClickWindowEntry] = []
         since = layout.ms(max(0, since_ms))
-        while ok and len(out) < limit:
+        examined = 0
+        while ok and len(out) < limit and examined < NEWEST_SCAN:
             k = bytes(cur.key())
             if not k.startswith(scope) or k[17:25] < since:
                 break
             entry = self._matchable(txn, scope, k[17:], bytes(cur.value()))
             if entry is not None:
                 out.append(entry)
+            examined += 1
             ok = cur.prev()
         return out
 

@@ -303,6 +303,29 @@ def test_newest_reads_backwards_within_the_scope_and_the_window(store: LmdbStore
         txn.abort()
 
 
+def test_newest_examines_a_bounded_number_of_entries(
+        store: LmdbStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Consumed taps keep their entries until the sweep: the debugger's list
+    skips them, and gives up after ``NEWEST_SCAN`` entries however many the
+    window holds."""
+    monkeypatch.setattr(cws, "NEWEST_SCAN", 20)
+    window = ClickWindow(store)
+    live = tap(1, ago=30 * MIN, net=None)
+    consumed = [tap(100 + n, ago=n * 1000, net=None, link=LINKS[n % 2]) for n in range(1, 40)]
+    txn = store.env.begin(write=True)
+    try:
+        for e in [live, *consumed]:
+            window.put(txn, PROJECT, e)
+        scope = layout.scope(PROJECT, "live")
+        for e in consumed:
+            window._release(txn, scope, layout.ms(e.at_ms) + layout.uid(e.click_id), e)
+        assert window.newest(txn, PROJECT, "live", 0, limit=5) == []  # 20 examined, all gone
+        monkeypatch.setattr(cws, "NEWEST_SCAN", 40)
+        assert window.newest(txn, PROJECT, "live", 0, limit=5) == [live]
+    finally:
+        txn.abort()
+
+
 # --- cost: a launch reads its candidates, not the window ------------------------------------
 
 
