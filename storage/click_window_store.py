@@ -19,10 +19,9 @@ kept only in the two index rows (the cohort row's value and the network
 row's key), never in the entry. A match (:meth:`consume`) deletes the
 consumed taps' cohort and network rows, and so their hashes, and leaves
 their entries to the sweep: deleting an entry is one more random leaf
-written and flushed with the launch's commit (bench/README.md, session 19:
-about a page and a third a matched launch, 1.07 of the rate in five
-alternating rounds), while the sweep deletes old entries in time order,
-many to a page. Forgetting a hash (:meth:`forget_net_hash`) empties it from
+written and flushed with the launch's commit (about a page and a third a
+matched launch: bench/README.md, session 19), while the sweep deletes old
+entries in time order, many to a page. Forgetting a hash (:meth:`forget_net_hash`) empties it from
 the cohort rows and deletes the network rows; the sweep (:meth:`sweep`)
 deletes an old tap's entry and whatever rows it still has. Readers of the
 entries (:meth:`entries`, :meth:`newest`, :meth:`holds`) count a tap as in
@@ -69,7 +68,7 @@ from svc_engine.click_window import COHORT_TAPS_COUNTED
 from svc_engine.settings import DeferredSettings
 
 NEWEST_SCAN = 5_000  # entries :meth:`ClickWindow.newest` examines at most
-KEEP_MS = 360 * 60_000  # the longest window; hashes go with their entries (< 7 h)
+KEEP_MS = 360 * 60_000  # the longest window; a tap's rows, and its hash, go with it (< 7 h)
 _TAIL = 24  # ms | click id: the end of every key of a tap
 
 

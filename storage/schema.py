@@ -146,17 +146,18 @@ def _hashes_into_cohort_index(txn: lmdb.Transaction, dbs: Databases) -> None:
     one record per tap of the last 6 hours."""
     import cbor2
 
-    entries, by_cohort = dbs[b"click_window"], dbs[b"click_window_by_cohort"]
-    moved: list[tuple[bytes, dict[str, Any]]] = []
-    for key, raw in txn.cursor(db=entries).iternext():
-        m = cbor2.loads(bytes(raw))
+    by_cohort = dbs[b"click_window_by_cohort"]
+    cur = txn.cursor(db=dbs[b"click_window"])
+    ok = cur.first()
+    while ok:
+        m = cbor2.loads(bytes(cur.value()))
         if m.get("net_hash") is not None:
-            moved.append((bytes(key), m))
-    for key, m in moved:
-        txn.put(layout.window_cohort_key(
-            layout.window_cohort_prefix(key[:17], int(m["os_major"]), m.get("country")),
-            layout.uid(str(m["link_id"])), key[17:]), bytes(m["net_hash"]), db=by_cohort)
-        txn.put(key, cbor2.dumps({**m, "net_hash": None}), db=entries)
+            key = bytes(cur.key())
+            txn.put(layout.window_cohort_key(
+                layout.window_cohort_prefix(key[:17], int(m["os_major"]), m.get("country")),
+                layout.uid(str(m["link_id"])), key[17:]), bytes(m["net_hash"]), db=by_cohort)
+            cur.put(key, cbor2.dumps({**m, "net_hash": None}))  # the cursor stays on it
+        ok = cur.next()
 
 
 def _rekey(txn: lmdb.Transaction, db: Any, old_size: int,

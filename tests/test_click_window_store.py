@@ -446,7 +446,11 @@ def test_migration_to_schema_8_moves_each_hash_into_its_cohort_row(
     path = os.path.join(str(tmp_path), "v7")
     s = LmdbStore(path, map_size=16 << 20)
     entries = [tap(1), tap(2, net=None, country=None, major=16, link=LINKS[1]),
-               tap(3, mode=Mode.TEST, ago=200 * MIN, net=OTHER_NET), tap(4, net=b"x" * 300)]
+               tap(3, mode=Mode.TEST, ago=200 * MIN, net=OTHER_NET), tap(4, net=b"x" * 300),
+               # enough taps for many pages: the migration rewrites them as it walks them
+               *(tap(1000 + i, ago=(i % 300 + 1) * MIN // 3, major=16 + i % 2,
+                     net=i.to_bytes(4, "big") * 8 if i % 3 else None, link=LINKS[i % 3])
+                 for i in range(3000))]
     with s.env.begin(write=True) as txn:  # the data dir as schema 7 left it
         for e in entries:
             put_schema_7(txn, s, PROJECT, e)
