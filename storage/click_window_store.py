@@ -21,12 +21,13 @@ consumed taps' cohort and network rows, and so their hashes, and leaves
 their entries to the sweep: deleting an entry is one more random leaf
 written and flushed with the launch's commit (about a page and a third a
 matched launch: bench/README.md, session 19), while the sweep deletes old
-entries in time order, many to a page. Forgetting a hash (:meth:`forget_net_hash`) empties it from
-the cohort rows and deletes the network rows; the sweep (:meth:`sweep`)
-deletes an old tap's entry and whatever rows it still has. Readers of the
-entries (:meth:`entries`, :meth:`newest`, :meth:`holds`) count a tap as in
-the window only while its cohort row stands, and give it the hash found
-there. All of it changes inside the caller's write transaction.
+entries in time order, many to a page. Forgetting a hash
+(:meth:`forget_net_hash`) empties it from the cohort rows and deletes the
+network rows; the sweep (:meth:`sweep`) deletes an old tap's entry and
+whatever rows it still has. Readers of the entries (:meth:`entries`,
+:meth:`newest`, :meth:`holds`) count a tap as in the window only while its
+cohort row stands, and give it the hash found there. All of it changes
+inside the caller's write transaction.
 
 A launch (:meth:`candidates`) reads two key ranges, keys and link ids only,
 and summarizes each group for the pure decision (``Candidates``); the taps a

@@ -133,9 +133,15 @@ def _cohort_index_by_link(txn: lmdb.Transaction, dbs: Databases) -> None:
     for key, raw in txn.cursor(db=dbs[b"click_window"]).iternext():
         k = bytes(key)
         m = cbor2.loads(bytes(raw))
-        txn.put(layout.window_cohort_key(
-            layout.window_cohort_prefix(k[:17], int(m["os_major"]), m.get("country")),
-            layout.uid(str(m["link_id"])), k[17:]), b"", db=by_cohort)
+        txn.put(_window_cohort_key(k, m), b"", db=by_cohort)
+
+
+def _window_cohort_key(entry_key: bytes, m: dict[str, Any]) -> bytes:
+    """The schema-7 cohort key of the window entry stored under ``entry_key``
+    (project | mode | ms | click id) as the map ``m``."""
+    return layout.window_cohort_key(
+        layout.window_cohort_prefix(entry_key[:17], int(m["os_major"]), m.get("country")),
+        layout.uid(str(m["link_id"])), entry_key[17:])
 
 
 def _hashes_into_cohort_index(txn: lmdb.Transaction, dbs: Databases) -> None:
@@ -153,9 +159,7 @@ def _hashes_into_cohort_index(txn: lmdb.Transaction, dbs: Databases) -> None:
         m = cbor2.loads(bytes(cur.value()))
         if m.get("net_hash") is not None:
             key = bytes(cur.key())
-            txn.put(layout.window_cohort_key(
-                layout.window_cohort_prefix(key[:17], int(m["os_major"]), m.get("country")),
-                layout.uid(str(m["link_id"])), key[17:]), bytes(m["net_hash"]), db=by_cohort)
+            txn.put(_window_cohort_key(key, m), bytes(m["net_hash"]), db=by_cohort)
             cur.put(key, cbor2.dumps({**m, "net_hash": None}))  # the cursor stays on it
         ok = cur.next()
 
