@@ -35,6 +35,7 @@ DATABASES = (
     b"slugs",            # domain NUL slug -> link id
     b"links_by_project", # project | mode | created ms | seq | link id -> b""
     b"domains",          # custom domain -> project id
+    b"domains_by_project",  # project id | custom domain -> b"" (schema 9)
     b"platforms",        # project id -> Platforms
     b"tokens",           # token -> Token (single-use svc_token)
     b"handoffs",         # project | mode | user hash | created ms | id -> Handoff

@@ -19,7 +19,7 @@ import lmdb
 
 from storage import layout
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 _KEY = b"schema_version"
 _RESUME = b"schema_resume"  # b"<version>:" + where the unfinished migration goes on
 SLICE = 10_000  # records a resumable migration rewrites in one transaction
@@ -164,6 +164,14 @@ def _hashes_into_cohort_index(txn: lmdb.Transaction, dbs: Databases) -> None:
         ok = cur.next()
 
 
+def _index_domains_by_project(txn: lmdb.Transaction, dbs: Databases) -> None:
+    """Schema 9: each custom domain also under its project, so a project's
+    domains are one range instead of a scan of every project's."""
+    into = dbs[b"domains_by_project"]
+    for domain, pid in txn.cursor(db=dbs[b"domains"]):
+        txn.put(bytes(pid) + bytes(domain), b"", db=into)
+
+
 def _rekey(txn: lmdb.Transaction, db: Any, old_size: int,
            new_key: Callable[[bytes, bytes], bytes | None], resume: bytes) -> Resume:
     """Give the next ``SLICE`` keys of ``db`` from ``resume`` on that are
@@ -213,6 +221,7 @@ MIGRATIONS: dict[int, Migration] = {
     6: _once(_window_without_time_index),
     7: _once(_cohort_index_by_link),  # one record per tap of the last 6 hours
     8: _once(_hashes_into_cohort_index),  # the taps of the last 6 hours with a hash
+    9: _once(_index_domains_by_project),  # one record per custom domain
 }
 
 

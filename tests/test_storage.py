@@ -428,3 +428,50 @@ def test_revenue_totals_still_read_through_cbor2(text: str) -> None:
     from storage import counters
 
     assert counters.read_value(cbor2.dumps(text)) == text
+
+
+async def test_custom_domains_are_listed_per_project_from_their_index(
+        store: LmdbStore) -> None:
+    from storage.links_store import LinksStore
+    links = LinksStore(store)
+    mine, other = "00000000-0000-4000-8000-0000000000d1", "00000000-0000-4000-8000-0000000000d2"
+    for domain in ("go.example.com", "a.example.com", "links.example.org"):
+        await links.add_domain(mine, domain, set())
+    await links.add_domain(other, "b.example.com", set())
+    assert links.domains_of(mine) == ["a.example.com", "go.example.com", "links.example.org"]
+    assert links.domains_of(other) == ["b.example.com"]
+    from svc_engine.errors import InvalidDomain
+    with pytest.raises(InvalidDomain):  # taken by another project: neither table changes
+        await links.add_domain(mine, "b.example.com", set())
+    assert links.domains_of(mine) == ["a.example.com", "go.example.com", "links.example.org"]
+    assert links.domain_owner("b.example.com") == other
+    await links.remove_domain(mine, "go.example.com")
+    assert links.domains_of(mine) == ["a.example.com", "links.example.org"]
+    assert links.domain_owner("go.example.com") is None
+    # the index holds exactly the domains table, turned around
+    domains = {(bytes(v), k) for k, v in store.scan(b"domains", b"")}
+    assert {(k[:16], k[16:]) for k, _ in store.scan(b"domains_by_project", b"")} == domains
+
+
+def test_migration_9_indexes_custom_domains_by_project(tmp_path: os.PathLike[str]) -> None:
+    from storage import layout
+    from storage.links_store import LinksStore
+    path = os.path.join(str(tmp_path), "v8")
+    s = LmdbStore(path, map_size=16 << 20)
+    projects = [f"00000000-0000-4000-8000-00000000{n:04x}" for n in range(40)]
+    owned = {p: sorted(f"d{n}.p{i}.example.com" for n in range(i % 4)) for i, p in
+             enumerate(projects)}
+    with s.env.begin(write=True) as txn:  # the data dir as schema 8 left it: no index
+        for p, domains in owned.items():
+            for d in domains:
+                txn.put(d.encode(), layout.uid(p), db=s.db(b"domains"))
+        txn.put(b"schema_version", b"8", db=s.db(b"meta"))
+    s.close()
+    s = LmdbStore(path, map_size=16 << 20)
+    try:
+        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
+        links = LinksStore(s)
+        assert {p: links.domains_of(p) for p in projects} == owned
+        assert sum(len(d) for d in owned.values()) == 60
+    finally:
+        s.close()
