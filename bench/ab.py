@@ -70,6 +70,8 @@ class Sample:
     """CPU time the hypervisor took from the machine during the c32 run."""
     flush_p50_us: float | None = None
     """The disk's flush time just before the side was measured (bench/disk_probe.py)."""
+    pages: float | None = None
+    """4 KiB pages the server wrote a request at c32 (``PhaseResult.pages_per_request``)."""
 
     @classmethod
     def of(cls, round_: int, side: str, result: TargetResult) -> Sample:
@@ -78,14 +80,16 @@ class Sample:
                    c1_p50_ms=result.unloaded.load.p50_ms, c1_p99_ms=result.unloaded.load.p99_ms,
                    server_p99_ms=result.unloaded.server_p99_ms,
                    steal_s=result.loaded.steal_s,
-                   flush_p50_us=None if result.flush is None else result.flush.p50_us)
+                   flush_p50_us=None if result.flush is None else result.flush.p50_us,
+                   pages=result.loaded.pages_per_request)
 
     def line(self) -> str:
         cpu = f"{self.cpu_us:.0f}" if self.cpu_us is not None else "-"
         server = f"{self.server_p99_ms:.2f}" if self.server_p99_ms is not None else "-"
         flush = f"{self.flush_p50_us:.0f}" if self.flush_p50_us is not None else "-"
+        pages = f"{self.pages:.1f}" if self.pages is not None else "-"
         return (f"round {self.round} {self.side:<10} {self.target:<26} c32 {self.rps:8,.0f}/s "
-                f"CPU {cpu:>5} µs/req | c1 p50 {self.c1_p50_ms:.3f} ms p99 "
+                f"CPU {cpu:>5} µs/req {pages:>5} pages/req | c1 p50 {self.c1_p50_ms:.3f} ms p99 "
                 f"{self.c1_p99_ms:.3f} ms (service {server} ms) | steal {self.steal_s:.2f} s | "
                 f"flush p50 {flush} µs")
 
@@ -132,10 +136,13 @@ def summarize(samples: Sequence[Sample], sides: Sequence[Side]) -> str:
             rps = statistics.median(s.rps for s in own)
             cpus = [s.cpu_us for s in own if s.cpu_us is not None]
             cpu = f"{statistics.median(cpus):.0f}" if cpus else "-"
+            written = [s.pages for s in own if s.pages is not None]
+            pages = f"{statistics.median(written):.1f}" if written else "-"
             p50 = statistics.median(s.c1_p50_ms for s in own)
             p99 = statistics.median(s.c1_p99_ms for s in own)
             text = (f"  {side.label:<10} median of {len(own)}: c32 {rps:8,.0f}/s,"
-                    f" CPU {cpu} µs/req, c1 p50 {p50:.3f} ms, p99 {p99:.3f} ms")
+                    f" CPU {cpu} µs/req, {pages} pages/req, c1 p50 {p50:.3f} ms,"
+                    f" p99 {p99:.3f} ms")
             if side.label != first and base_rps:
                 paired = [s for s in own if s.round in base_rounds]
                 won = sum(1 for s in paired if s.rps > base_rounds[s.round])

@@ -62,6 +62,7 @@ from bench.server import (
     request,
     start_server,
     stop_server,
+    tree_bytes_written,
     tree_cpu_seconds,
     wait_ready,
 )
@@ -300,6 +301,7 @@ def _measure(
     server: RunningServer, argv: list[str], duration_s: int, out: Path, connections: int
 ) -> PhaseResult:
     log_start = server.log_path.stat().st_size
+    written_before = tree_bytes_written(server.pid)
     before = tree_cpu_seconds(server.pid)
     busy_before, steal_before = machine_cpu_seconds()
     wrk_before = _children_cpu_seconds()
@@ -308,6 +310,8 @@ def _measure(
     except subprocess.TimeoutExpired as exc:
         raise BenchFailed(f"wrk did not finish: {shlex.join(argv)}") from exc
     after = tree_cpu_seconds(server.pid)
+    written = tree_bytes_written(server.pid) - written_before
+    log_growth = server.log_path.stat().st_size - log_start
     busy_after, steal_after = machine_cpu_seconds()
     wrk_cpu = _children_cpu_seconds() - wrk_before
     out.write_text(done.stdout + done.stderr)
@@ -328,6 +332,7 @@ def _measure(
         other_cpu_s=max(0.0, busy_after - busy_before - (after - before) - wrk_cpu),
         steal_s=steal_after - steal_before,
         server_p99_ms=access_p99_ms(logged),
+        store_bytes=max(0, written - log_growth),
     )
 
 

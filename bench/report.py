@@ -126,12 +126,14 @@ def render_table(record: RunRecord) -> str:
         "p99 c1",
         "p99 c1 in server",
         "CPU µs/req",
+        "pages/req",
         *(f"ratio vs {b}" for b in BASELINES),
         f"paired ratio vs {HYPERCORN_302}",
     ]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in record.results:
         cpu = r.loaded.cpu_us_per_request
+        pages = r.loaded.pages_per_request
         ratios = record.ratios.get(r.name, {})
         cells = [
             r.name,
@@ -143,6 +145,7 @@ def render_table(record: RunRecord) -> str:
             fmt_ms(r.unloaded.load.p99_ms),
             "" if r.unloaded.server_p99_ms is None else fmt_ms(r.unloaded.server_p99_ms),
             "n/a" if cpu is None else f"{cpu:,.0f}",
+            "" if pages is None else f"{pages:.1f}",
             *(fmt_ratio(ratios.get(b)) for b in BASELINES),
             "" if r.paired is None else fmt_ratio(r.paired_ratio),
         ]
@@ -297,8 +300,13 @@ def render_readme(record: RunRecord, kept: str, sections: Mapping[str, str] | No
         "times it (wrk produced one, see session 12) is measured again, and the notes",
         "give both. CPU µs/req is the",
         "server process tree's user+system time (from /proc) during the loaded run",
-        "divided by the requests it served. Raw wrk output and server logs land in",
-        "`bench/out/`.",
+        "divided by the requests it served. pages/req is what the server wrote to",
+        "its files during the loaded run (`wchar` in /proc/PID/io, less its log's",
+        "growth: LMDB's pages) in 4 KiB pages a request, amortized over the group",
+        "commit's batches. Unlike req/s and CPU it does not move with the machine's",
+        "phase, and on this disk every page a durable commit writes is a separate",
+        "request that its flush waits for (session 20 in the notes below). Raw wrk",
+        "output and server logs land in `bench/out/`.",
         "Service paths are registered in `bench/targets.py`. Paths that consume",
         "state (a token, a network's tap, a pending handoff) get it made first by real",
         "requests (`bench/wrk_mint.py`), then consumed in a fixed shuffled order, as",

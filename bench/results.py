@@ -17,6 +17,7 @@ HYPERCORN_302 = "hypercorn-trio-302"
 H11_302 = "trio-h11-302"
 BASELINES = (HYPERCORN_302, H11_302)
 AGAIN = "-again"  # a baseline measured a second time, after the service's paths
+PAGE = 4096
 
 
 @attrs.frozen
@@ -34,6 +35,9 @@ class PhaseResult:
     server_p99_ms: float | None = None
     """p99 of the same requests as the service timed them (its access log:
     from the parsed head to the answer written); None without an access log."""
+    store_bytes: int | None = None
+    """Bytes the server wrote to files during the run other than its log (its
+    ``wchar`` less its log's growth): LMDB's pages; None when unknown."""
 
     @property
     def other_load(self) -> float:
@@ -45,6 +49,14 @@ class PhaseResult:
         if self.load.requests == 0:
             return None
         return self.server_cpu_s * 1e6 / self.load.requests
+
+    @property
+    def pages_per_request(self) -> float | None:
+        """4 KiB pages the server wrote a request (LMDB writes whole pages):
+        unlike req/s and CPU, a count the machine's phase does not move."""
+        if self.store_bytes is None or self.load.requests == 0:
+            return None
+        return self.store_bytes / PAGE / self.load.requests
 
 
 def nearest_rank(sorted_values: Sequence[float], fraction: float) -> float:
@@ -144,4 +156,5 @@ def as_json(record: RunRecord) -> dict[str, object]:
         for phase_name in ("loaded", "unloaded"):
             phase: PhaseResult = getattr(result, phase_name)
             raw[phase_name]["cpu_us_per_request"] = phase.cpu_us_per_request
+            raw[phase_name]["pages_per_request"] = phase.pages_per_request
     return data

@@ -177,6 +177,20 @@ def tree_cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def tree_bytes_written(pid: int) -> int:
+    """Bytes ``pid`` and its descendants have passed to write() and pwrite()
+    so far (``wchar`` of /proc/PID/io): LMDB's page writes and the log lines,
+    not socket sends (send() is not counted) nor the kernel's writeback (whose
+    ``write_bytes`` ext4's large folios inflate, bench/README.md session 19)."""
+    total = 0
+    for p in process_tree(pid, _proc_stats()):
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{p}/io").read_text().splitlines():
+                if line.startswith("wchar:"):
+                    total += int(line.split()[1])
+    return total
+
+
 def machine_cpu_seconds() -> tuple[float, float]:
     """(busy, steal) CPU seconds of the whole machine so far, from /proc/stat.
 

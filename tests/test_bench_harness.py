@@ -371,3 +371,23 @@ def test_a_second_impossible_record_is_kept_and_said(tmp_path: Path) -> None:
 
     _, note = measure_unloaded(measure, tmp_path)
     assert note is not None and "impossible too (3.67 times its run)" in note
+
+
+def test_pages_a_request_come_from_the_bytes_written_and_show_in_the_table() -> None:
+    from bench.report import render_table
+
+    base, path = _result(HYPERCORN_302, 2500.0, None), _result("init", 2250.0, (2000.0, 3000.0))
+    requests = path.loaded.load.requests
+    assert path.loaded.pages_per_request is None  # not measured: no cell, no guess
+    loaded = attrs.evolve(path.loaded, store_bytes=6 * 4096 * requests + 2048 * requests)
+    assert loaded.pages_per_request == pytest.approx(6.5)
+    path = attrs.evolve(path, loaded=loaded)
+    base = attrs.evolve(base, loaded=attrs.evolve(base.loaded, store_bytes=0))
+    record = RunRecord(started_at="", command="", profile="full", durations="", pinning="",
+                       machine=(), versions=(), results=(base, path),
+                       ratios=compute_ratios({"init": 2250.0, HYPERCORN_302: 2500.0}),
+                       elapsed_s=1.0)
+    head, _, base_row, path_row = render_table(record).splitlines()
+    assert "| CPU µs/req | pages/req | ratio vs" in head
+    assert "| 1,000,000 | 0.0 | " in base_row.replace(f"{1e6 / requests:,.0f}", "1,000,000")
+    assert f"| {1e6 / requests:,.0f} | 6.5 | " in path_row
