@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import cbor2
 import lmdb
 
 from storage import layout
@@ -30,8 +31,6 @@ Resume = bytes | None  # where a migration goes on in its next transaction; None
 def _index_installs_by_time(txn: lmdb.Transaction, dbs: Databases, resume: bytes) -> Resume:
     """2: installs get a time index (project | mode | created ms | install id),
     so exports and Live events read a time range instead of every install."""
-    import cbor2
-
     index = dbs[b"installs_by_time"]
     cur = txn.cursor(db=dbs[b"installs"])
     ok, done, last = cur.set_range(resume), 0, b""
@@ -49,8 +48,6 @@ def _index_click_window(txn: lmdb.Transaction, dbs: Databases) -> None:
     country | ms | click id) and a network index (project | mode | net hash |
     iOS major | ms | click id), both -> link id, so an iOS first launch reads
     its candidates instead of the whole window."""
-    import cbor2
-
     by_cohort, by_net = dbs[b"click_window_by_cohort"], dbs[b"click_window_by_net"]
     for key, raw in txn.cursor(db=dbs[b"click_window"]).iternext():
         k = bytes(key)
@@ -92,8 +89,6 @@ def _decisions_into_the_time_index(txn: lmdb.Transaction, dbs: Databases,
     tree, four more pages, to write in every commit of a first launch);
     ``install_decisions`` is emptied. A decision whose install is gone is
     dropped (nothing can show it)."""
-    import cbor2
-
     decisions, installs, by_time = (dbs[b"install_decisions"], dbs[b"installs"],
                                     dbs[b"installs_by_time"])
     # each slice is moved out, so the next one starts at the beginning again
@@ -126,8 +121,6 @@ def _cohort_index_by_link(txn: lmdb.Transaction, dbs: Databases) -> None:
     reading every tap of its cohort (storage/click_window_store.py). Rebuilt
     from the entries, as schema 3 built it: one record per tap of the last 6
     hours."""
-    import cbor2
-
     by_cohort = dbs[b"click_window_by_cohort"]
     txn.drop(by_cohort, delete=False)
     for key, raw in txn.cursor(db=dbs[b"click_window"]).iternext():
@@ -150,8 +143,6 @@ def _hashes_into_cohort_index(txn: lmdb.Transaction, dbs: Databases) -> None:
     and leaves the entry to the sweep (storage/click_window_store.py). Each
     entry with a hash gives it to its cohort row and is written without it:
     one record per tap of the last 6 hours."""
-    import cbor2
-
     by_cohort = dbs[b"click_window_by_cohort"]
     cur = txn.cursor(db=dbs[b"click_window"])
     ok = cur.first()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
@@ -266,6 +267,19 @@ def test_sweep_reads_every_project_and_mode(store: LmdbStore) -> None:
         txn.abort()
 
 
+@contextmanager
+def migrated(old: LmdbStore, path: str) -> Iterator[LmdbStore]:
+    """``old``'s data dir reopened (so its migrations run), at the current
+    schema version; closed afterwards."""
+    old.close()
+    s = LmdbStore(path, map_size=16 << 20)
+    try:
+        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
+        yield s
+    finally:
+        s.close()
+
+
 def test_migration_to_schema_6_empties_the_time_index(tmp_path: os.PathLike[str]) -> None:
     path = os.path.join(str(tmp_path), "v5")
     s = LmdbStore(path, map_size=16 << 20)
@@ -274,15 +288,10 @@ def test_migration_to_schema_6_empties_the_time_index(tmp_path: os.PathLike[str]
         txn.put(layout.ms(NOW) + layout.scope(PROJECT, "live") + layout.uid(click_id(1)), b"",
                 db=s.db(b"click_window_by_time"))
         txn.put(b"schema_version", b"5", db=s.db(b"meta"))
-    s.close()
-    s = LmdbStore(path, map_size=16 << 20)
-    try:
-        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
+    with migrated(s, path) as s:
         assert s.scan(b"click_window_by_time", b"") == []
         with s.read() as txn:
             assert stored_keys(txn, s) == expected_keys(PROJECT, [tap(1)])
-    finally:
-        s.close()
 
 
 def test_newest_reads_backwards_within_the_scope_and_the_window(store: LmdbStore) -> None:
@@ -378,15 +387,9 @@ def test_migration_to_schema_3_indexes_the_window(tmp_path: os.PathLike[str]) ->
         txn.drop(s.db(b"click_window_by_cohort"), delete=False)
         txn.drop(s.db(b"click_window_by_net"), delete=False)
         txn.put(b"schema_version", b"2", db=s.db(b"meta"))
-    s.close()
-    s = LmdbStore(path, map_size=16 << 20)  # migrations 3 and on run
-    try:
-        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
-        with s.read() as txn:
-            assert stored_keys(txn, s) == written == expected_keys(PROJECT, entries)
-            assert_schema_8_values(txn, s, entries)
-    finally:
-        s.close()
+    with migrated(s, path) as s, s.read() as txn:  # migrations 3 and on run
+        assert stored_keys(txn, s) == written == expected_keys(PROJECT, entries)
+        assert_schema_8_values(txn, s, entries)
 
 
 def assert_schema_8_values(txn: lmdb.Transaction, s: LmdbStore,
@@ -422,20 +425,14 @@ def test_migration_to_schema_7_keys_the_cohort_index_by_link(
                     + layout.ms(e.at_ms) + layout.uid(e.click_id), layout.uid(e.link_id),
                     db=cohort)
         txn.put(b"schema_version", b"6", db=s.db(b"meta"))
-    s.close()
-    s = LmdbStore(path, map_size=16 << 20)
-    try:
-        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
-        with s.read() as txn:
-            assert stored_keys(txn, s) == written == expected_keys(PROJECT, entries)
-            assert_schema_8_values(txn, s, entries)
-            found = ClickWindow(s).candidates(
-                txn, PROJECT, LaunchFacts(mode=Mode.LIVE, platform="ios", os_major=17,
-                                          country="DE"),
-                DeferredSettings(probabilistic_matching=True), None, NOW)
-            assert found.cohort.click_ids == (click_id(1),)
-    finally:
-        s.close()
+    with migrated(s, path) as s, s.read() as txn:
+        assert stored_keys(txn, s) == written == expected_keys(PROJECT, entries)
+        assert_schema_8_values(txn, s, entries)
+        found = ClickWindow(s).candidates(
+            txn, PROJECT, LaunchFacts(mode=Mode.LIVE, platform="ios", os_major=17,
+                                      country="DE"),
+            DeferredSettings(probabilistic_matching=True), None, NOW)
+        assert found.cohort.click_ids == (click_id(1),)
 
 
 # --- schema 8: the hash in the cohort row, the entry kept after a match -----------------------
@@ -457,10 +454,7 @@ def test_migration_to_schema_8_moves_each_hash_into_its_cohort_row(
         written = stored_keys(txn, s)
         assert set(cohort_values(txn, s).values()) == {b""}
         txn.put(b"schema_version", b"7", db=s.db(b"meta"))
-    s.close()
-    s = LmdbStore(path, map_size=16 << 20)
-    try:
-        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
+    with migrated(s, path) as s:
         with s.read() as txn:
             assert stored_keys(txn, s) == written
             assert_schema_8_values(txn, s, entries)
@@ -477,8 +471,6 @@ def test_migration_to_schema_8_moves_each_hash_into_its_cohort_row(
                 click_id(1),)
             window.consume(txn, PROJECT, "live", decision, found)
             assert stored_keys(txn, s) == expected_keys(PROJECT, entries, entries[1:])
-    finally:
-        s.close()
 
 
 def test_a_consumed_tap_leaves_the_window_at_once_and_its_entry_with_the_sweep(
