@@ -18,6 +18,7 @@ import trio
 from storage import layout
 from storage.codec import decode, encode
 from storage.decode_cache import DecodeCache
+from storage.file_ahead import FileAhead
 from storage.schema import migrate
 from storage.writer import Op, Pending, Writer, after_commit
 from svc_engine.deadlines import Deadline
@@ -50,6 +51,7 @@ class LmdbStore:
             readonly=readonly,
         )
         self._db: dict[bytes, Any] = {}
+        self._ahead = None if readonly else FileAhead.open(self.env, map_size)
         if readonly:
             for name in layout.DATABASES:
                 try:
@@ -60,9 +62,11 @@ class LmdbStore:
             with self.env.begin(write=True) as txn:
                 for name in layout.DATABASES:
                     self._db[name] = self.env.open_db(name, txn=txn)
+            if self._ahead is not None:
+                self._ahead.prepare()  # before a migration grows the store
             migrate(self.env, self._db)
             self.env.sync(True)  # metasync is off: the writer's docstring says why
-        self.writer = Writer(self.env, inline=inline_commit)
+        self.writer = Writer(self.env, inline=inline_commit, ahead=self._ahead)
         self.cache = DecodeCache()
         # Called once a batch that queued an outbox event has committed: the
         # webhook dispatcher's wake-up (web/assembly.py sets it).
@@ -72,6 +76,8 @@ class LmdbStore:
         return self._db[name]
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.close()
         self.env.close()
 
     # -- plumbing -----------------------------------------------------------

@@ -51,6 +51,10 @@ ops that queue an outbox event, since the event is not readable before the
 commit, and an op that queues none wakes nobody. Each function is called
 once per batch however many ops ask, and never for an op that raised.
 
+Before each batch the writer lets ``ahead`` (storage/file_ahead.py) make
+sure the pages past the end of LMDB's file are cached one page per folio, so
+that the pages the store grows into stay cheap to rewrite.
+
 ``inline=True`` commits in the event loop's thread instead. Tests under trio's
 ``autojump_clock`` use it: the mock clock jumps whenever every task waits,
 including while a worker thread commits, which would make virtual time leap
@@ -70,6 +74,7 @@ import trio
 
 from storage import counters
 from storage.commit_thread import CommitThread
+from storage.file_ahead import FileAhead
 from svc_engine.errors import InternalError, StoreFull, SvcError
 
 T = TypeVar("T")
@@ -122,8 +127,10 @@ class WriterStats:
 
 class Writer:
     def __init__(self, env: lmdb.Environment, *, capacity: int = 4096, max_batch: int = 1024,
-                 inline: bool = False, sync: Callable[[], object] | None = None):
+                 inline: bool = False, sync: Callable[[], object] | None = None,
+                 ahead: FileAhead | None = None):
         self._env = env
+        self._ahead = ahead
         self._inline = inline
         self._sync = sync if sync is not None else lambda: env.sync(True)
         self._send, self._recv = trio.open_memory_channel[Pending[Any]](capacity)
@@ -209,6 +216,8 @@ class Writer:
 
     def _commit(self, batch: list[Pending[Any]]) -> tuple[list[Outcome], list[Callable[[], None]]]:
         """Each op's outcome, and what the batch's ops asked to call after it."""
+        if self._ahead is not None:
+            self._ahead.prepare()
         try:
             try:
                 return self._run(batch, isolated=False)
