@@ -21,8 +21,8 @@ nothing ahead. LMDB's later writes there fill those folios instead of making
 large ones. The check costs one ``env.info()`` (under a microsecond); the
 read happens once every ``HIGH_PAGES - LOW_PAGES`` pages of growth.
 
-Safety. It only reads pages past LMDB's last page, and only ever makes the
-file longer, never shorter. It changes the length while holding LMDB's writer
+Safety. It only reads pages past LMDB's last page and within its map, and
+only ever makes the file longer, never shorter. It changes the length while holding LMDB's writer
 lock (an empty write transaction), so no commit of this process or another
 writes past the old end meanwhile. LMDB reads nothing past its last page:
 a backup (a compacted copy) holds only live pages, and the store's used space
@@ -53,16 +53,15 @@ class FileAhead:
     """Owned by the store's writer: :meth:`prepare` runs in the thread that
     commits, between commits."""
 
-    def __init__(self, env: lmdb.Environment, fd: int, map_size: int) -> None:
+    def __init__(self, env: lmdb.Environment, fd: int) -> None:
         self._env = env
         self._fd = fd
         self._page = int(env.stat()["psize"])
-        self._map_size = map_size
         self._ready_to = 0  # bytes: the file is read (single-page folios) up to here
         self.extensions = 0
 
     @classmethod
-    def open(cls, env: lmdb.Environment, map_size: int) -> FileAhead | None:
+    def open(cls, env: lmdb.Environment) -> FileAhead | None:
         """One for ``env``'s data file, or None where there is nothing to gain
         (not Linux: no ``posix_fadvise``)."""
         if sys.platform != "linux":
@@ -73,7 +72,7 @@ class FileAhead:
         except OSError:
             os.close(fd)
             raise
-        return cls(env, fd, map_size)
+        return cls(env, fd)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -84,10 +83,11 @@ class FileAhead:
         """Make sure ``LOW_PAGES`` pages past LMDB's end are cached one page a folio."""
         if self._fd < 0:
             return
-        end = (int(self._env.info()["last_pgno"]) + 1) * self._page
+        info = self._env.info()
+        end = (int(info["last_pgno"]) + 1) * self._page
         if self._ready_to - end >= LOW_PAGES * self._page:
             return
-        target = min(end + HIGH_PAGES * self._page, self._map_size)
+        target = min(end + HIGH_PAGES * self._page, int(info["map_size"]))
         if target <= max(self._ready_to, end):
             return  # the map is (nearly) full: nothing past the end to prepare
         try:

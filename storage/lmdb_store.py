@@ -51,7 +51,7 @@ class LmdbStore:
             readonly=readonly,
         )
         self._db: dict[bytes, Any] = {}
-        self._ahead = None if readonly else FileAhead.open(self.env, map_size)
+        self._ahead = None if readonly else FileAhead.open(self.env)
         if readonly:
             for name in layout.DATABASES:
                 try:

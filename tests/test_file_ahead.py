@@ -112,7 +112,7 @@ def resident(path: Path, start: int, end: int) -> int:
 
 def test_the_pages_past_lmdbs_end_are_cached_before_the_store_grows_into_them(
         env: lmdb.Environment) -> None:
-    ahead = FileAhead.open(env, MAP)
+    ahead = FileAhead.open(env)
     assert ahead is not None
     try:
         grow(env, 8)
@@ -141,14 +141,14 @@ def test_the_file_only_grows_and_lmdbs_own_pages_are_untouched(env: lmdb.Environ
     grow(env, 300)
     end = lmdb_end(env)
     before = hashlib.sha256(data_file(env).read_bytes()[:end]).digest()
-    ahead = FileAhead.open(env, MAP)
+    ahead = FileAhead.open(env)
     assert ahead is not None
     try:
         ahead.prepare()
         assert hashlib.sha256(data_file(env).read_bytes()[:end]).digest() == before
         longer = end + 2 * HIGH_PAGES * PAGE  # longer than it would make it
         os.truncate(data_file(env), longer)
-        again = FileAhead.open(env, MAP)
+        again = FileAhead.open(env)
         assert again is not None
         again.prepare()
         again.close()
@@ -160,7 +160,7 @@ def test_the_file_only_grows_and_lmdbs_own_pages_are_untouched(env: lmdb.Environ
 def test_a_map_nearly_full_is_prepared_up_to_the_map_and_no_further(tmp_path: Path) -> None:
     small = 2 << 20  # 512 pages: less than HIGH_PAGES past any end
     e = lmdb.open(str(tmp_path), map_size=small)
-    ahead = FileAhead.open(e, small)
+    ahead = FileAhead.open(e)
     assert ahead is not None
     try:
         ahead.prepare()
@@ -219,7 +219,7 @@ def test_a_store_whose_writer_prepared_its_tail_reopens_and_backs_up_whole(
 def test_a_refusal_turns_it_off_with_one_warning_and_commits_go_on(
         env: lmdb.Environment, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    ahead = FileAhead.open(env, MAP)
+    ahead = FileAhead.open(env)
     assert ahead is not None
 
     def refuse(fd: int, length: int) -> None:
@@ -240,7 +240,7 @@ def _large_folios_after_growth(tmp_path: Path, *, prepared: bool) -> tuple[int, 
     """Pages in large folios, and pages in all, of what one commit of 512 new
     pages wrote, with or without the tail prepared first."""
     e = lmdb.open(str(tmp_path), map_size=MAP, readahead=False)
-    ahead = FileAhead.open(e, MAP) if prepared else None
+    ahead = FileAhead.open(e) if prepared else None
     try:
         grow(e, 4)
         if ahead is not None:
