@@ -63,15 +63,21 @@ class FileAhead:
     @classmethod
     def open(cls, env: lmdb.Environment) -> FileAhead | None:
         """One for ``env``'s data file, or None where there is nothing to gain
-        (not Linux: no ``posix_fadvise``)."""
+        (not Linux: no ``posix_fadvise``) or the file system refuses (with a
+        warning: the store works without it)."""
         if sys.platform != "linux":
             return None
-        fd = os.open(os.path.join(env.path(), "data.mdb"), os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fd = os.open(os.path.join(env.path(), "data.mdb"), os.O_RDWR | os.O_CLOEXEC)
+        except OSError as e:
+            log.warning("not preparing the data file's tail (%s)", e)
+            return None
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-        except OSError:
+        except OSError as e:
             os.close(fd)
-            raise
+            log.warning("not preparing the data file's tail (%s)", e)
+            return None
         return cls(env, fd)
 
     def close(self) -> None:

@@ -236,6 +236,34 @@ def test_a_refusal_turns_it_off_with_one_warning_and_commits_go_on(
     ahead.close()
 
 
+def test_a_file_system_that_refuses_the_advice_leaves_the_store_working(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    def refuse(fd: int, offset: int, length: int, advice: int) -> None:
+        raise OSError(29, "Illegal seek")
+
+    monkeypatch.setattr(os, "posix_fadvise", refuse)
+    with caplog.at_level(logging.WARNING, logger="svc.storage"):
+        store = LmdbStore(str(tmp_path), map_size=MAP)
+    try:
+        assert store._ahead is None
+        assert [r.getMessage() for r in caplog.records] == [
+            "not preparing the data file's tail ([Errno 29] Illegal seek)"]
+
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(store.writer.run)
+                await store.writer.write(
+                    lambda txn: txn.put(b"k", b"v", db=store.db(b"installs")))
+                store.writer.close()
+
+        trio.run(main)
+        with store.read() as txn:
+            assert txn.get(b"k", db=store.db(b"installs")) == b"v"
+    finally:
+        store.close()
+
+
 def _large_folios_after_growth(tmp_path: Path, *, prepared: bool) -> tuple[int, int]:
     """Pages in large folios, and pages in all, of what one commit of 512 new
     pages wrote, with or without the tail prepared first."""
