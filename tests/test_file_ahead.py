@@ -14,7 +14,7 @@ import logging
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import lmdb
@@ -23,6 +23,7 @@ import trio
 
 from storage.file_ahead import HIGH_PAGES, LOW_PAGES, FileAhead
 from storage.lmdb_store import LmdbStore
+from storage.writer import Op
 
 PAGE = mmap.PAGESIZE
 MAP = 64 << 20
@@ -100,6 +101,19 @@ def grow(env: lmdb.Environment, pages: int, *, start: int = 0) -> int:
         for i in range(start, start + pages):
             txn.put(b"k%08d" % i, b"v" * (PAGE - 64))
     return start + pages
+
+
+def through_writer(store: LmdbStore, ops: Iterable[Op[object]]) -> None:
+    """Commit ``ops`` one after another through the store's real writer (its
+    own commit thread, which prepares the tail before each batch)."""
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            for op in ops:
+                await store.writer.write(op)
+            store.writer.close()
+
+    trio.run(main)
 
 
 def resident(path: Path, start: int, end: int) -> int:
@@ -184,22 +198,15 @@ def test_a_store_whose_writer_prepared_its_tail_reopens_and_backs_up_whole(
     records = {b"k%06d" % i: os.urandom(900) for i in range(6000)}
     keys = sorted(records)
 
-    def put(chunk: list[bytes]) -> object:
+    def put(chunk: list[bytes]) -> Op[None]:
         def op(txn: lmdb.Transaction) -> None:
             for k in chunk:
                 txn.put(k, records[k], db=store.db(b"installs"))
         return op
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(store.writer.run)
-            for i in range(0, len(keys), 100):
-                await store.writer.write(put(keys[i:i + 100]))  # type: ignore[arg-type]
-            await store.backup(str(tmp_path / "backup"))
-            store.writer.close()
-
     try:
-        trio.run(main)
+        through_writer(store, [put(keys[i:i + 100]) for i in range(0, len(keys), 100)])
+        trio.run(store.backup, str(tmp_path / "backup"))
         assert store._ahead is not None and store._ahead.extensions >= 2
         used = store.stats()["used_bytes"]
         assert os.path.getsize(Path(path) / "data.mdb") > used
@@ -249,15 +256,7 @@ def test_a_file_system_that_refuses_the_advice_leaves_the_store_working(
         assert store._ahead is None
         assert [r.getMessage() for r in caplog.records] == [
             "not preparing the data file's tail ([Errno 29] Illegal seek)"]
-
-        async def main() -> None:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(store.writer.run)
-                await store.writer.write(
-                    lambda txn: txn.put(b"k", b"v", db=store.db(b"installs")))
-                store.writer.close()
-
-        trio.run(main)
+        through_writer(store, [lambda txn: txn.put(b"k", b"v", db=store.db(b"installs"))])
         with store.read() as txn:
             assert txn.get(b"k", db=store.db(b"installs")) == b"v"
     finally:
