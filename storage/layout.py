@@ -26,8 +26,8 @@ DATABASES = (
     b"members_by_user",  # user id | org id -> b""
     b"settings",         # project id -> DeferredSettings
     b"deadlines",        # due ms | kind | ref -> Deadline
-    b"idem",             # scope | idempotency key -> StoredResponse
-    b"idem_by_time",     # created ms | scope | key -> b""
+    b"idem",             # empty since schema 10 (moved to responses)
+    b"idem_by_time",     # empty since schema 10 (moved to responses_by_time)
     b"outbox",           # created ms | event id -> OutboxEvent (for webhooks)
     b"sessions",         # sha256(session token) -> dashboard Session
     b"invites",          # sha256(invite token) -> Invite
@@ -68,6 +68,9 @@ DATABASES = (
     b"deliveries_by_time",  # created ms | delivery id -> project id
     b"deliveries_open",  # endpoint id | delivery id -> b"" (Queued, Sending, Retrying)
     b"webhook_events",  # project | mode | event id -> WebhookEvent (body, shared)
+    b"responses",        # response_key(scope NUL idempotency key) -> created ms
+                         # (schema 10)
+    b"responses_by_time",  # created ms | response key -> StoredResponse (schema 10)
 )
 
 
@@ -102,6 +105,14 @@ def ms(value: int) -> bytes:
 
 def from_ms(raw: bytes) -> int:
     return int.from_bytes(raw[:8], "big")
+
+
+def response_key(idem_key: bytes) -> bytes:
+    """The 16-byte key of an idempotency record in ``responses``, from
+    ``scope NUL Idempotency-Key`` (schema 10). Short and fixed: a client's
+    key is random, so every record lands in a random leaf, and a short key
+    keeps the tree shallow and its leaves many to a page."""
+    return hashlib.blake2b(idem_key, digest_size=16).digest()
 
 
 def prefix_end(prefix: bytes) -> bytes:

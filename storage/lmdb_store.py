@@ -156,9 +156,10 @@ class LmdbStore:
             return
         status, ctype, body = idem.render(result)
         rec = StoredResponse(idem.fingerprint, status, ctype, body, idem.now_ms)
-        k = _idem_key(idem.scope, idem.key)
-        txn.put(k, encode(rec), db=self._db[b"idem"])
-        txn.put(layout.ms(idem.now_ms) + k, b"", db=self._db[b"idem_by_time"])
+        k = layout.response_key(_idem_key(idem.scope, idem.key))
+        at = layout.ms(idem.now_ms)
+        txn.put(k, at, db=self._db[b"responses"])
+        txn.put(at + k, encode(rec), db=self._db[b"responses_by_time"])
 
     # -- meta ---------------------------------------------------------------
 
@@ -372,11 +373,21 @@ class LmdbStore:
     # -- idempotency ------------------------------------------------------------
 
     def get_response(self, scope: str, key: str) -> StoredResponse | None:
-        raw = self._get(b"idem", _idem_key(scope, key))
-        return decode(StoredResponse, raw) if raw else None
+        """The response recorded for ``key`` in ``scope``. The record is in two
+        parts (schema 10): a small one under the key's hash in ``responses``,
+        which a write (a random key) must reach, and the answer itself in
+        ``responses_by_time``, which a write appends at the end; only a retry
+        reads the second."""
+        k = layout.response_key(_idem_key(scope, key))
+        with self.read() as txn:  # buffers off: bytes
+            at = txn.get(k, db=self._db[b"responses"])
+            if at is None:
+                return None
+            raw = txn.get(bytes(at) + k, db=self._db[b"responses_by_time"])
+        return decode(StoredResponse, bytes(raw)) if raw is not None else None
 
     async def purge_responses(self, before_ms: int, limit: int = 10_000) -> int:
-        idem, by_time = self._db[b"idem"], self._db[b"idem_by_time"]
+        index, by_time = self._db[b"responses"], self._db[b"responses_by_time"]
 
         def op(txn: lmdb.Transaction) -> int:
             doomed: list[bytes] = []
@@ -385,7 +396,8 @@ class LmdbStore:
                     break
                 doomed.append(bytes(k))
             for k in doomed:
-                txn.delete(k[8:], db=idem)
+                if txn.get(k[8:], db=index) == k[:8]:  # not a later record of that key
+                    txn.delete(k[8:], db=index)
                 txn.delete(k, db=by_time)
             return len(doomed)
 

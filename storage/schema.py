@@ -20,7 +20,7 @@ import lmdb
 
 from storage import layout
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 _KEY = b"schema_version"
 _RESUME = b"schema_resume"  # b"<version>:" + where the unfinished migration goes on
 SLICE = 10_000  # records a resumable migration rewrites in one transaction
@@ -163,6 +163,38 @@ def _index_domains_by_project(txn: lmdb.Transaction, dbs: Databases) -> None:
         txn.put(bytes(pid) + bytes(domain), b"", db=into)
 
 
+def _responses_in_two_parts(txn: lmdb.Transaction, dbs: Databases, resume: bytes) -> Resume:
+    """10: an idempotency record is its creation time (8 bytes) under the
+    16-byte hash of its scope and key in ``responses``, and the whole record,
+    answer included, under created ms | that hash in ``responses_by_time``
+    (was: the whole record under scope | key in ``idem``, and created ms |
+    scope | key -> nothing in ``idem_by_time``). A write reaches a random
+    leaf of the first tree, now shallow and many records a page, and appends
+    to the second (bench/README.md, session 22). ``idem`` and
+    ``idem_by_time`` are emptied, a slice at a time: about a day of records."""
+    idem, old_by_time = dbs[b"idem"], dbs[b"idem_by_time"]
+    index, by_time = dbs[b"responses"], dbs[b"responses_by_time"]
+    # each slice is moved out, so the next one starts at the beginning again
+    cur = txn.cursor(db=idem)
+    moved: list[tuple[bytes, bytes]] = []
+    ok = cur.first()
+    while ok and len(moved) < SLICE:
+        moved.append((bytes(cur.key()), bytes(cur.value())))
+        ok = cur.next()
+    for key, value in moved:
+        m = cbor2.loads(value)
+        at = int(m["at"]).to_bytes(8, "big")
+        k = layout.response_key(key)
+        txn.put(k, at, db=index)
+        txn.put(at + k, value, db=by_time)
+        txn.delete(key, db=idem)
+        txn.delete(at + key, db=old_by_time)
+    if ok:
+        return b""
+    txn.drop(old_by_time, delete=False)  # rows whose record was gone, if any
+    return None
+
+
 def _rekey(txn: lmdb.Transaction, db: Any, old_size: int,
            new_key: Callable[[bytes, bytes], bytes | None], resume: bytes) -> Resume:
     """Give the next ``SLICE`` keys of ``db`` from ``resume`` on that are
@@ -213,6 +245,7 @@ MIGRATIONS: dict[int, Migration] = {
     7: _once(_cohort_index_by_link),  # one record per tap of the last 6 hours
     8: _once(_hashes_into_cohort_index),  # the taps of the last 6 hours with a hash
     9: _once(_index_domains_by_project),  # one record per custom domain
+    10: _responses_in_two_parts,  # every idempotency record: a day of writes
 }
 
 

@@ -175,6 +175,118 @@ async def test_settings_idempotency_record_in_same_commit(store: LmdbStore) -> N
     assert store.get_response(f"{pid}:test", "k1") is None
 
 
+def _idem(key: str, now_ms: int, body: bytes = b'{"ok":true}') -> IdemWrite:
+    return IdemWrite(scope="00000000-0000-4000-8000-000000000001:test", key=key,
+                     fingerprint=fingerprint("POST", "/v1/x", key.encode()), now_ms=now_ms,
+                     render=lambda v: (201, "application/json", body))
+
+
+async def test_an_idempotency_record_is_a_small_index_entry_and_a_timed_answer(
+        store: LmdbStore) -> None:
+    """Schema 10: the random-keyed tree holds 8 bytes under a 16-byte hash;
+    the answer is appended in time order (so a write adds one small record
+    to a random leaf)."""
+    scope = "00000000-0000-4000-8000-000000000001:test"
+    keys = [f"key-{i}" for i in range(50)]
+    await store.write(lambda txn: [store.record_response(txn, _idem(k, 1_000 + i), None)
+                                   for i, k in enumerate(keys)])
+    with store.read() as txn:
+        index = list(txn.cursor(db=store.db(b"responses")).iternext())
+        timed = list(txn.cursor(db=store.db(b"responses_by_time")).iternext())
+        legacy = (txn.stat(store.db(b"idem"))["entries"]
+                  + txn.stat(store.db(b"idem_by_time"))["entries"])
+    assert legacy == 0
+    assert len(index) == len(timed) == 50
+    assert {len(k) for k, _ in index} == {16} and {len(v) for _, v in index} == {8}
+    assert [int.from_bytes(k[:8], "big") for k, _ in timed] == list(range(1_000, 1_050))
+    assert {k[8:] for k, _ in timed} == {k for k, _ in index}
+    for i, key in enumerate(keys):
+        rec = store.get_response(scope, key)
+        assert rec is not None and rec.created_at_ms == 1_000 + i and rec.status == 201
+        assert rec.body == b'{"ok":true}' and rec.content_type == "application/json"
+        assert rec.fingerprint == fingerprint("POST", "/v1/x", key.encode())
+    assert store.get_response(scope, "key-50") is None
+    assert store.get_response(scope.replace(":test", ":live"), "key-1") is None
+    assert await store.purge_responses(before_ms=1_010, limit=4) == 4
+    assert await store.purge_responses(before_ms=1_010, limit=100) == 6
+    assert [store.get_response(scope, k) is None for k in keys[8:12]] == [True, True, False,
+                                                                            False]
+    with store.read() as txn:
+        assert txn.stat(store.db(b"responses"))["entries"] == 40
+        assert txn.stat(store.db(b"responses_by_time"))["entries"] == 40
+
+
+async def test_purging_an_old_answer_keeps_a_later_record_of_its_key(store: LmdbStore) -> None:
+    scope = "00000000-0000-4000-8000-000000000001:test"
+    await store.write(lambda txn: store.record_response(txn, _idem("k", 5, b"old"), None))
+    await store.write(lambda txn: store.record_response(txn, _idem("k", 9, b"new"), None))
+    assert await store.purge_responses(before_ms=6, limit=10) == 1
+    rec = store.get_response(scope, "k")
+    assert rec is not None and rec.body == b"new"
+
+
+async def test_migration_to_schema_10_splits_every_idempotency_record(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A data dir of schema 9 (records under scope NUL key in ``idem``, their
+    times in ``idem_by_time``) is moved slice by slice; a crash between
+    slices loses nothing, and each record replays as before."""
+    from storage import schema
+    from svc_engine.idempotency import StoredResponse
+
+    path = str(tmp_path / "v9")
+    scope = "00000000-0000-4000-8000-000000000001:live"
+    s = LmdbStore(path, map_size=64 << 20)
+    records = {f"k{i}": StoredResponse(fingerprint("POST", "/v1/sdk/init", b"%d" % i), 200,
+                                       "application/json", b'{"link":%d}' % i, 100 + i)
+               for i in range(7)}
+    with s.env.begin(write=True) as txn:  # the data dir as schema 9 left it
+        for key, rec in records.items():
+            old = f"{scope}\x00{key}".encode()
+            txn.put(old, cbor2.dumps(rec.to_map()), db=s.db(b"idem"))
+            txn.put(rec.created_at_ms.to_bytes(8, "big") + old, b"", db=s.db(b"idem_by_time"))
+        txn.put((1).to_bytes(8, "big") + b"gone", b"", db=s.db(b"idem_by_time"))  # no record
+        txn.put(b"schema_version", b"9", db=s.db(b"meta"))
+    s.close()
+    monkeypatch.setattr(schema, "SLICE", 3)
+    real, calls = schema.MIGRATIONS[10], []
+
+    def dies_on_the_second_slice(txn: Any, dbs: Any, resume: bytes) -> Any:
+        calls.append(resume)
+        if len(calls) == 2:
+            raise RuntimeError("power cut")
+        return real(txn, dbs, resume)
+
+    monkeypatch.setitem(schema.MIGRATIONS, 10, dies_on_the_second_slice)
+    with pytest.raises(RuntimeError, match="power cut"):
+        LmdbStore(path, map_size=64 << 20)
+    stopped = LmdbStore(path, readonly=True)
+    assert stopped.meta("schema_version") == b"9"
+    with stopped.read() as txn:
+        assert txn.stat(stopped.db(b"idem"))["entries"] == 4  # the first slice moved
+        assert txn.stat(stopped.db(b"responses"))["entries"] == 3
+    assert {k: stopped.get_response(scope, k) for k in ("k0", "k1", "k2")} == {
+        k: records[k] for k in ("k0", "k1", "k2")}
+    stopped.close()
+    monkeypatch.setitem(schema.MIGRATIONS, 10, real)
+    s = LmdbStore(path, map_size=64 << 20)
+    try:
+        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
+        assert s.meta("schema_resume") is None
+        assert {k: s.get_response(scope, k) for k in records} == records
+        with s.read() as txn:
+            for name, entries in ((b"idem", 0), (b"idem_by_time", 0), (b"responses", 7),
+                                  (b"responses_by_time", 7)):
+                assert txn.stat(s.db(name))["entries"] == entries, name
+        async with trio.open_nursery() as n:
+            await n.start(s.writer.run)
+            assert await s.purge_responses(before_ms=103, limit=100) == 3
+            s.writer.close()
+        assert [s.get_response(scope, f"k{i}") is None for i in range(7)] == [
+            True, True, True, False, False, False, False]
+    finally:
+        s.close()
+
+
 async def test_unknown_project_settings_are_defaults(store: LmdbStore) -> None:
     assert store.get_settings("00000000-0000-4000-8000-000000000009") == DeferredSettings()
 
