@@ -17,10 +17,11 @@ from typing import Any
 import attrs
 import lmdb
 
-from storage import counters, layout
+from storage import counters, install_rows, layout
 from storage.click_window_store import ClickWindow
 from storage.codec import decode, encode
 from storage.handoffs_store import ClaimResult, HandoffsStore
+from storage.install_rows import DecisionRecord, InstallRow
 from storage.lmdb_store import LmdbStore
 from storage.writer import Op
 from svc_engine.attribution import (
@@ -99,8 +100,8 @@ class AttributionStore:
 
     def get_install(self, project_id: str, mode: str, install_id: str) -> Install | None:
         with self.store.read() as txn:
-            raw = txn.get(_install_key(project_id, mode, install_id), db=self._db[b"installs"])
-        return decode(Install, bytes(raw)) if raw is not None else None
+            row = self._row(txn, install_rows.index_key(project_id, mode, install_id))
+        return row.install if row is not None else None
 
     def get_token(self, token: str) -> Token | None:
         with self.store.read() as txn:
@@ -118,12 +119,11 @@ class AttributionStore:
 
     def decision(self, project_id: str, mode: str, install_id: str) -> DecisionRecord | None:
         with self.store.read() as txn:
-            found = txn.get(_install_key(project_id, mode, install_id), db=self._db[b"installs"])
-            if found is None:
-                return None
-            install = decode(Install, bytes(found))
-            raw = txn.get(_time_key(install), db=self._db[b"installs_by_time"])
-        return decode(DecisionRecord, bytes(raw)) if raw else None
+            row = self._row(txn, install_rows.index_key(project_id, mode, install_id))
+        return row.decision if row is not None else None
+
+    def _row(self, txn: lmdb.Transaction, key: bytes) -> InstallRow | None:
+        return install_rows.get(txn, self._db[b"installs"], self._db[b"installs_by_time"], key)
 
     def recent_clicks(self, project_id: str, mode: str, limit: int = 50) -> list[Click]:
         rows = self.store.scan(b"clicks", layout.scope(project_id, mode), reverse=True,
@@ -187,10 +187,10 @@ class AttributionStore:
         db = self._db
 
         def op(txn: lmdb.Transaction) -> LaunchResult:
-            key = _install_key(project_id, mode.value, install.install_id)
-            raw = txn.get(key, db=db[b"installs"])
-            if raw is not None:
-                existing = decode(Install, bytes(raw))
+            stored = self._row(txn, install_rows.index_key(project_id, mode.value,
+                                                           install.install_id))
+            if stored is not None:
+                existing = stored.install
                 if is_first_launch:
                     raise InstallIdConflict(
                         "this install ID already reported its first launch; "
@@ -220,10 +220,10 @@ class AttributionStore:
                         self.click_window.consume(txn, project_id, mode.value, decision, found)
                         new = attrs.evolve(install, attribution=decision.attribution)
                 self._count_install(txn, new, event_id, now_ms)
-            txn.put(key, encode(new), db=db[b"installs"])
-            # the time index holds the first launch's decision: no tree of its own to write
-            judged = encode(DecisionRecord.of(decision, now_ms)) if decision is not None else b""
-            txn.put(_time_key(new), judged, db=db[b"installs_by_time"])
+            # the install's time row holds its first launch's decision: no tree of its own
+            judged = DecisionRecord.of(decision, now_ms) if decision is not None else None
+            install_rows.put(txn, db[b"installs"], db[b"installs_by_time"],
+                             InstallRow(new, judged))
             result = LaunchResult(new, link, decision, created=True)
             self.store.record_response(txn, idem, result)
             return result
@@ -263,9 +263,8 @@ class AttributionStore:
         upgrades an unattributed install."""
 
         def op(txn: lmdb.Transaction) -> OpenResult:
-            raw = txn.get(_install_key(project_id, mode.value, install_id),
-                          db=self._db[b"installs"])
-            platform = decode(Install, bytes(raw)).platform if raw else (platform_hint or "other")
+            row = self._row(txn, install_rows.index_key(project_id, mode.value, install_id))
+            platform = row.install.platform if row is not None else (platform_hint or "other")
             if landing:
                 method = Method.LANDING_PAGE
             else:
@@ -302,14 +301,13 @@ class AttributionStore:
 
     def upgrade(self, txn: lmdb.Transaction, project_id: str, mode: str, install_id: str,
                  offered: InstallAttribution, now_ms: int) -> None:
-        key = _install_key(project_id, mode, install_id)
-        raw = txn.get(key, db=self._db[b"installs"])
-        if raw is None:
+        row = self._row(txn, install_rows.index_key(project_id, mode, install_id))
+        if row is None:
             return
-        install = decode(Install, bytes(raw))
-        upgraded = install.with_upgrade(offered, now_ms)
-        if upgraded is not install:
-            txn.put(key, encode(upgraded), db=self._db[b"installs"])
+        upgraded = row.install.with_upgrade(offered, now_ms)
+        if upgraded is not row.install:  # its time row only: the index entry stays
+            install_rows.rewrite(txn, self._db[b"installs_by_time"],
+                                 attrs.evolve(row, install=upgraded))
 
     # -- handoffs (storage/handoffs_store.py) -----------------------------------------
 
@@ -356,43 +354,3 @@ class AttributionStore:
         return None if link is None or link.deleted else link
 
 
-@attrs.frozen
-class DecisionRecord:
-    """How a first launch was judged: what the dashboard's debugger shows."""
-
-    VERSION = 1
-    at_ms: int
-    matched: bool
-    link_id: str | None
-    method: str | None
-    trials: list[dict[str, object]]
-
-    @classmethod
-    def from_map(cls, m: dict[str, object]) -> DecisionRecord:
-        trials = m.get("trials")
-        return cls(at_ms=int(m["at_ms"]), matched=bool(m["matched"]),  # type: ignore[call-overload]
-                   link_id=m.get("link_id"), method=m.get("method"),  # type: ignore[arg-type]
-                   trials=trials if isinstance(trials, list) else [])
-
-    @classmethod
-    def of(cls, decision: Matched | Unattributed, at_ms: int) -> DecisionRecord:
-        matched = isinstance(decision, Matched)
-        return cls(at_ms=at_ms, matched=matched,
-                   link_id=decision.link_id if isinstance(decision, Matched) else None,
-                   method=decision.method.value if isinstance(decision, Matched) else None,
-                   trials=[t.to_json() for t in decision.trials])
-
-    def to_map(self) -> dict[str, object]:
-        return {"v": self.VERSION, "at_ms": self.at_ms, "matched": self.matched,
-                "link_id": self.link_id, "method": self.method, "trials": self.trials}
-
-
-def _install_key(project_id: str, mode: str, install_id: str) -> bytes:
-    return layout.scope(project_id, mode) + layout.uid(install_id)
-
-
-def _time_key(install: Install) -> bytes:
-    """project | mode | created ms | install id: the install's key in
-    ``installs_by_time``, whose value is how its first launch was judged."""
-    return (layout.scope(install.project_id, install.mode.value)
-            + layout.ms(install.created_at_ms) + layout.uid(install.install_id))

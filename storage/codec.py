@@ -24,7 +24,11 @@ def encode(record: Encodable) -> bytes:
 
 
 def decode(cls: Decodable[T], raw: bytes) -> T:
-    m = cbor2.loads(raw)
+    return decode_map(cls, cbor2.loads(raw))
+
+
+def decode_map(cls: Decodable[T], m: Any) -> T:
+    """A record from its decoded map (one nested in another record, too)."""
     if not isinstance(m, dict):
         raise ValueError("stored record is not a map")
     version = m.get("v")

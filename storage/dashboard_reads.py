@@ -24,6 +24,7 @@ from storage.attribution_store import OpenRecord
 from storage.click_window_store import ClickWindow
 from storage.codec import decode
 from storage.events_store import StoredEvent
+from storage.install_rows import InstallRow
 from storage.lmdb_store import LmdbStore
 from svc_engine.clicks import Click
 from svc_engine.events import PROJECT_SCOPE, Metric, revenue, utc_day
@@ -153,9 +154,7 @@ def recent_installs(store: LmdbStore, project_id: str, mode: Mode, *, since_ms: 
     """Installs created at or after ``since_ms``, newest first."""
     scope = layout.scope(project_id, mode.value)
     rows = _newest(store, b"installs_by_time", scope, since_ms, limit)
-    with store.read() as txn:
-        raws = [txn.get(scope + k[25:], db=store.db(b"installs")) for k, _ in rows]
-    return [decode(Install, bytes(r)) for r in raws if r is not None]
+    return [decode(InstallRow, v).install for _, v in rows]
 
 
 def installs_marker(store: LmdbStore, project_id: str, mode: Mode, now_ms: int) -> str:

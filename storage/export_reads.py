@@ -14,6 +14,7 @@ from storage import layout
 from storage.attribution_store import OpenRecord
 from storage.codec import decode
 from storage.events_store import range_pages
+from storage.install_rows import InstallRow
 from storage.lmdb_store import LmdbStore
 from svc_engine.clicks import Click
 from svc_engine.installs import Install
@@ -42,9 +43,6 @@ def installs(store: LmdbStore, project_id: str, mode: Mode, start_ms: int, end_m
              page_size: int = PAGE_SIZE) -> Iterator[list[Install]]:
     """Installs created in ``[start_ms, end_ms)``, oldest first."""
     scope = layout.scope(project_id, mode.value)
-    installs_db = store.db(b"installs")
     for page in range_pages(store, b"installs_by_time", scope + layout.ms(max(0, start_ms)),
                             scope + layout.ms(max(0, end_ms)), page_size):
-        with store.read() as txn:
-            raws = [txn.get(scope + k[25:], db=installs_db) for k, _ in page]
-        yield [decode(Install, bytes(r)) for r in raws if r is not None]
+        yield [decode(InstallRow, v).install for _, v in page]

@@ -16,14 +16,14 @@ from typing import Protocol
 import attrs
 import lmdb
 
-from storage import layout
+from storage import install_rows, layout
 from storage.codec import decode, encode
 from storage.lmdb_store import LmdbStore
 from storage.writer import Op
 from svc_engine.attribution import Token, TokenState, token_state
 from svc_engine.errors import InstallNotRegistered, NotFound, ValidationError
 from svc_engine.handoffs import Handoff, pick_handoff
-from svc_engine.installs import Confidence, Install, InstallAttribution, Method
+from svc_engine.installs import Confidence, InstallAttribution, Method
 from svc_engine.keys import Mode
 from svc_engine.links import Link
 from svc_engine.store import IdemWrite
@@ -53,7 +53,7 @@ class HandoffsStore:
         self.store = store
         self.opens = opens
         self._db = {name: store.db(name) for name in (
-            b"handoffs", b"handoffs_by_time", b"tokens", b"installs")}
+            b"handoffs", b"handoffs_by_time", b"tokens", b"installs", b"installs_by_time")}
 
     def pending(self, project_id: str, mode: str, user_hash: bytes) -> list[Handoff]:
         rows = self.store.scan(b"handoffs", layout.scope(project_id, mode) + user_hash)
@@ -92,8 +92,9 @@ class HandoffsStore:
         db = self._db
 
         def op(txn: lmdb.Transaction) -> ClaimResult:
-            installed = txn.get(layout.scope(project_id, mode.value) + layout.uid(install_id),
-                                db=db[b"installs"])
+            installed = install_rows.get(txn, db[b"installs"], db[b"installs_by_time"],
+                                         install_rows.index_key(project_id, mode.value,
+                                                                install_id))
             if installed is None:
                 raise InstallNotRegistered(
                     "the install has not reported a launch yet; call after initialize")
@@ -106,7 +107,7 @@ class HandoffsStore:
                 txn.delete(layout.ms(h.expires_at_ms) + k, db=db[b"handoffs_by_time"])
             link = self.opens.live_link(txn, winner.link_id) if winner is not None else None
             if link is not None:
-                platform = decode(Install, bytes(installed)).platform
+                platform = installed.install.platform
                 method = Method.AUTHENTICATED_HANDOFF
                 self.opens.record_open(txn, project_id, mode, link, install_id, platform,
                                        method, True, now_ms, open_id)

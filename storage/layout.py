@@ -40,10 +40,11 @@ DATABASES = (
     b"tokens",           # token -> Token (single-use svc_token)
     b"handoffs",         # project | mode | user hash | created ms | id -> Handoff
     b"handoffs_by_time",  # expires ms | handoff key -> b"" (expiry sweep)
-    b"installs",         # project | mode | install id -> Install
+    b"installs",         # project | mode | install id -> created ms (schema 11; was Install)
     b"install_decisions",  # empty since schema 5 (decisions moved to installs_by_time)
-    b"installs_by_time",  # project | mode | created ms | install id -> how its first launch
-                          # was judged, b"" if none (schema 2; the decision since schema 5)
+    b"installs_by_time",  # project | mode | created ms | install id -> InstallRow: the
+                          # install and how its first launch was judged (schema 11;
+                          # 5: the decision alone; storage/install_rows.py)
     b"clicks",           # project | mode | ms | click id -> Click
     b"click_window",     # project | mode | ms | click id -> ClickWindowEntry, without
                          # its net hash (schema 8); kept after a match until the sweep

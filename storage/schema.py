@@ -20,7 +20,7 @@ import lmdb
 
 from storage import layout
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 _KEY = b"schema_version"
 _RESUME = b"schema_resume"  # b"<version>:" + where the unfinished migration goes on
 SLICE = 10_000  # records a resumable migration rewrites in one transaction
@@ -195,6 +195,33 @@ def _responses_in_two_parts(txn: lmdb.Transaction, dbs: Databases, resume: bytes
     return None
 
 
+def _installs_into_their_time_rows(txn: lmdb.Transaction, dbs: Databases,
+                                   resume: bytes) -> Resume:
+    """11: an install is kept in its ``installs_by_time`` row, with how its
+    first launch was judged (storage/install_rows.py), and ``installs``
+    holds its creation time only (was: the whole install there, the decision
+    alone in the row). Every install is rewritten, a slice a transaction,
+    in key order; an entry that is already 8 bytes long is done."""
+    installs, by_time = dbs[b"installs"], dbs[b"installs_by_time"]
+    old: list[tuple[bytes, bytes]] = []
+    cur = txn.cursor(db=installs)
+    ok = cur.set_range(resume)
+    while ok and len(old) < SLICE:
+        value = bytes(cur.value())
+        if len(value) != 8:
+            old.append((bytes(cur.key()), value))
+        ok = cur.next()
+    for key, value in old:
+        m = cbor2.loads(value)
+        at = int(m["created_at_ms"]).to_bytes(8, "big")
+        row_key = key[:17] + at + key[17:]
+        judged = txn.get(row_key, db=by_time)
+        decision = cbor2.loads(bytes(judged)) if judged else None
+        txn.put(row_key, cbor2.dumps({"v": 1, "install": m, "decision": decision}), db=by_time)
+        txn.put(key, at, db=installs)
+    return old[-1][0] + b"\x00" if ok else None  # ok: the slice is full, more may follow
+
+
 def _rekey(txn: lmdb.Transaction, db: Any, old_size: int,
            new_key: Callable[[bytes, bytes], bytes | None], resume: bytes) -> Resume:
     """Give the next ``SLICE`` keys of ``db`` from ``resume`` on that are
@@ -246,6 +273,7 @@ MIGRATIONS: dict[int, Migration] = {
     8: _once(_hashes_into_cohort_index),  # the taps of the last 6 hours with a hash
     9: _once(_index_domains_by_project),  # one record per custom domain
     10: _responses_in_two_parts,  # every idempotency record: a day of writes
+    11: _installs_into_their_time_rows,  # every install
 }
 
 

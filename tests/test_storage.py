@@ -287,6 +287,88 @@ async def test_migration_to_schema_10_splits_every_idempotency_record(
         s.close()
 
 
+async def test_migration_to_schema_11_keeps_each_install_in_its_time_row(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A data dir of schema 10 (the install under its ID, the decision alone
+    in its time row) is rewritten slice by slice; after it ``installs`` holds
+    creation times only, every read finds what it found before, and an
+    upgrade changes the time row and leaves the index entry as it was."""
+    from storage import layout, schema
+    from storage.attribution_store import AttributionStore
+    from storage.codec import decode, encode
+    from storage.install_rows import InstallRow
+    from svc_engine.installs import Confidence, Install, InstallAttribution, Method
+    from svc_engine.keys import Mode
+
+    path = str(tmp_path / "v10")
+    pid = "00000000-0000-4000-8000-000000000003"
+    scope = layout.scope(pid, "live")
+    decision = {"v": 1, "at_ms": 5, "matched": True, "link_id": "l", "method": "network",
+                "trials": [{"flow": "network", "result": "matched"}]}
+    installs = [Install(install_id=f"00000000-0000-4000-8000-0000000000a{n}", project_id=pid,
+                        mode=Mode.LIVE, platform="ios" if n % 2 else "android",
+                        created_at_ms=9000 + n % 3, first_idem_key=f"k{n}")
+                for n in range(7)]
+    s = LmdbStore(path, map_size=16 << 20)
+    with s.env.begin(write=True) as txn:  # the data dir as schema 10 left it
+        for n, install in enumerate(installs):
+            txn.put(scope + layout.uid(install.install_id), encode(install),
+                    db=s.db(b"installs"))
+            txn.put(scope + layout.ms(install.created_at_ms) + layout.uid(install.install_id),
+                    cbor2.dumps(decision) if n != 4 else b"", db=s.db(b"installs_by_time"))
+        txn.put(b"schema_version", b"10", db=s.db(b"meta"))
+    s.close()
+    monkeypatch.setattr(schema, "SLICE", 3)
+    real, calls = schema.MIGRATIONS[11], []
+
+    def dies_on_the_second_slice(txn: Any, dbs: Any, resume: bytes) -> Any:
+        calls.append(resume)
+        if len(calls) == 2:
+            raise RuntimeError("power cut")
+        return real(txn, dbs, resume)
+
+    monkeypatch.setitem(schema.MIGRATIONS, 11, dies_on_the_second_slice)
+    with pytest.raises(RuntimeError, match="power cut"):
+        LmdbStore(path, map_size=16 << 20)
+    stopped = LmdbStore(path, readonly=True)
+    assert stopped.meta("schema_version") == b"10"
+    assert [len(v) == 8 for _, v in stopped.scan(b"installs", b"")] == [True] * 3 + [False] * 4
+    assert stopped.meta("schema_resume") == b"11:" + calls[1]  # where it goes on
+    stopped.close()
+    monkeypatch.setitem(schema.MIGRATIONS, 11, real)
+    s = LmdbStore(path, map_size=16 << 20)
+    try:
+        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
+        assert s.meta("schema_resume") is None
+        assert {v for _, v in s.scan(b"installs", b"")} == {
+            layout.ms(9000), layout.ms(9001), layout.ms(9002)}
+        rows = [decode(InstallRow, v) for _, v in s.scan(b"installs_by_time", b"")]
+        assert sorted((r.install for r in rows), key=lambda i: i.install_id) == installs
+        attribution = AttributionStore(s, "http://x")
+        for n, install in enumerate(installs):
+            assert attribution.get_install(pid, "live", install.install_id) == install
+            judged = attribution.decision(pid, "live", install.install_id)
+            assert (judged is None) == (n == 4)
+            assert judged is None or judged.trials == decision["trials"]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(s.writer.run)
+            offered = InstallAttribution("l2", Confidence.DETERMINISTIC, Method.LANDING_PAGE)
+            key = scope + layout.uid(installs[1].install_id)
+            with s.read() as txn:
+                before = txn.get(key, db=s.db(b"installs"))
+            await s.write(lambda txn: attribution.upgrade(txn, pid, "live",
+                                                          installs[1].install_id, offered, 77))
+            s.writer.close()
+        upgraded = attribution.get_install(pid, "live", installs[1].install_id)
+        assert upgraded is not None and upgraded.attribution == offered
+        assert upgraded.upgraded_at_ms == 77
+        assert attribution.decision(pid, "live", installs[1].install_id) is not None
+        with s.read() as txn:
+            assert txn.get(key, db=s.db(b"installs")) == before
+    finally:
+        s.close()
+
+
 async def test_unknown_project_settings_are_defaults(store: LmdbStore) -> None:
     assert store.get_settings("00000000-0000-4000-8000-000000000009") == DeferredSettings()
 
@@ -460,7 +542,8 @@ def test_migration_to_schema_5_moves_decisions_into_the_time_index(
         tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch, slice_size: int) -> None:
     from storage import layout, schema
     from storage.attribution_store import AttributionStore
-    from storage.codec import encode
+    from storage.codec import decode, encode
+    from storage.install_rows import InstallRow
     from svc_engine.installs import Install
     from svc_engine.keys import Mode
 
@@ -488,7 +571,9 @@ def test_migration_to_schema_5_moves_decisions_into_the_time_index(
     try:
         assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
         assert s.scan(b"install_decisions", b"") == []
-        assert [(k, bool(v)) for k, v in s.scan(b"installs_by_time", b"")] == [
+        judged = [(k, decode(InstallRow, v).decision is not None)
+                  for k, v in s.scan(b"installs_by_time", b"")]
+        assert judged == [
             (scope + layout.ms(8998) + layout.uid(iids[2]), False),
             (scope + layout.ms(8999) + layout.uid(iids[1]), True),
             (scope + layout.ms(9000) + layout.uid(iids[0]), True)]
