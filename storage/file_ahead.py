@@ -15,11 +15,14 @@ store, 96 % of the cached pages of ``data.mdb`` were in large folios
 What. Before each batch the writer calls :meth:`FileAhead.prepare`. When
 fewer than ``LOW_PAGES`` pages lie ready past LMDB's last page, it lengthens
 the file to ``HIGH_PAGES`` pages past it (``ftruncate``: sparse, no block
-allocated, nothing written) and reads the new pages. Its descriptor is marked
-``POSIX_FADV_RANDOM``, so the read caches one page per folio and reads
-nothing ahead. LMDB's later writes there fill those folios instead of making
-large ones. The check costs one ``env.info()`` (under a microsecond); the
-read happens once every ``HIGH_PAGES - LOW_PAGES`` pages of growth.
+allocated, nothing written) and asks the kernel to read the new pages
+(``POSIX_FADV_WILLNEED``: a hole is read as zeros, in the kernel, without
+copying anything out, 0.9 ms for 768 pages here against 1.35 ms for
+``pread``). Its descriptor is marked ``POSIX_FADV_RANDOM``, so that read
+caches one page per folio and reads nothing beyond. LMDB's later writes
+there fill those folios instead of making large ones. The check costs one
+``env.info()`` (under a microsecond); the read happens once every
+``HIGH_PAGES - LOW_PAGES`` pages of growth.
 
 Safety. It only reads pages past LMDB's last page and within its map, and
 only ever makes the file longer, never shorter. It changes the length while holding LMDB's writer
@@ -45,7 +48,6 @@ import lmdb
 
 LOW_PAGES = 256
 HIGH_PAGES = 1024
-READ_CHUNK = 1 << 20
 log = logging.getLogger("svc.storage")
 
 
@@ -107,8 +109,8 @@ class FileAhead:
         try:
             if os.fstat(self._fd).st_size < target:
                 os.ftruncate(self._fd, target)
-            for offset in range(max(self._ready_to, end), target, READ_CHUNK):
-                os.pread(self._fd, min(READ_CHUNK, target - offset), offset)
+            start = max(self._ready_to, end)
+            os.posix_fadvise(self._fd, start, target - start, os.POSIX_FADV_WILLNEED)
             self._ready_to = target
             self.extensions += 1
         finally:
