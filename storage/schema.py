@@ -91,20 +91,27 @@ def _decisions_into_the_time_index(txn: lmdb.Transaction, dbs: Databases,
     dropped (nothing can show it)."""
     decisions, installs, by_time = (dbs[b"install_decisions"], dbs[b"installs"],
                                     dbs[b"installs_by_time"])
-    # each slice is moved out, so the next one starts at the beginning again
-    cur = txn.cursor(db=decisions)
-    moved: list[tuple[bytes, bytes]] = []
-    ok = cur.first()
-    while ok and len(moved) < SLICE:
-        moved.append((bytes(cur.key()), bytes(cur.value())))
-        ok = cur.next()
+    moved, more = _first_slice(txn, decisions)
     for key, value in moved:
         txn.delete(key, db=decisions)
         raw = txn.get(key, db=installs)
         if raw is not None:
             created = int(cbor2.loads(bytes(raw))["created_at_ms"])
             txn.put(key[:17] + created.to_bytes(8, "big") + key[17:], value, db=by_time)
-    return b"" if ok else None
+    return b"" if more else None
+
+
+def _first_slice(txn: lmdb.Transaction, db: Any) -> tuple[list[tuple[bytes, bytes]], bool]:
+    """The first ``SLICE`` items of ``db``, and whether more follow. For a
+    migration that moves every item out of ``db``: each slice starts at the
+    beginning again (resume b"")."""
+    cur = txn.cursor(db=db)
+    items: list[tuple[bytes, bytes]] = []
+    ok = cur.first()
+    while ok and len(items) < SLICE:
+        items.append((bytes(cur.key()), bytes(cur.value())))
+        ok = cur.next()
+    return items, ok
 
 
 def _window_without_time_index(txn: lmdb.Transaction, dbs: Databases) -> None:
@@ -174,13 +181,7 @@ def _responses_in_two_parts(txn: lmdb.Transaction, dbs: Databases, resume: bytes
     ``idem_by_time`` are emptied, a slice at a time: about a day of records."""
     idem, old_by_time = dbs[b"idem"], dbs[b"idem_by_time"]
     index, by_time = dbs[b"responses"], dbs[b"responses_by_time"]
-    # each slice is moved out, so the next one starts at the beginning again
-    cur = txn.cursor(db=idem)
-    moved: list[tuple[bytes, bytes]] = []
-    ok = cur.first()
-    while ok and len(moved) < SLICE:
-        moved.append((bytes(cur.key()), bytes(cur.value())))
-        ok = cur.next()
+    moved, more = _first_slice(txn, idem)
     for key, value in moved:
         m = cbor2.loads(value)
         at = int(m["at"]).to_bytes(8, "big")
@@ -189,7 +190,7 @@ def _responses_in_two_parts(txn: lmdb.Transaction, dbs: Databases, resume: bytes
         txn.put(at + k, value, db=by_time)
         txn.delete(key, db=idem)
         txn.delete(at + key, db=old_by_time)
-    if ok:
+    if more:
         return b""
     txn.drop(old_by_time, delete=False)  # rows whose record was gone, if any
     return None

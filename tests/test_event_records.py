@@ -32,6 +32,7 @@ from svc_engine.event_batch import parse_event_rows
 from svc_engine.events import revenue
 from svc_engine.installs import Install
 from svc_engine.keys import Mode
+from tests.migration_helpers import cut_migration
 
 INSTALL = "3f2b8c1e-9d4a-4b6e-8f00-1234567890ab"
 PROJECT = "0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
@@ -290,7 +291,6 @@ async def test_migration_to_schema_4_orders_the_dedup_entries_by_time(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import trio
 
-    from storage import schema
     from storage.schema import SCHEMA_VERSION
 
     path = str(tmp_path / "v3")
@@ -314,24 +314,11 @@ async def test_migration_to_schema_4_orders_the_dedup_entries_by_time(
     s.close()
     # Two entries a transaction, and the process dies after the second
     # transaction: the next start goes on where the committed slices ended.
-    monkeypatch.setattr(schema, "SLICE", 2)
-    real, calls = schema.MIGRATIONS[4], []
-
-    def dies_on_the_third_slice(txn: Any, dbs: Any, resume: bytes) -> Any:
-        calls.append(resume)
-        if len(calls) == 3:
-            raise RuntimeError("power cut")
-        return real(txn, dbs, resume)
-
-    monkeypatch.setitem(schema.MIGRATIONS, 4, dies_on_the_third_slice)
-    with pytest.raises(RuntimeError, match="power cut"):
-        LmdbStore(path, map_size=64 << 20)
+    calls, stopped = cut_migration(monkeypatch, path, version=4, slice_size=2, slice_no=3)
     assert calls[0] == b"" and calls[1] > calls[0]
-    stopped = LmdbStore(path, readonly=True)
     assert stopped.meta("schema_version") == b"3"  # moves only when the migration is done
     assert stopped.meta("schema_resume") == b"4:" + calls[2]  # where it goes on
     stopped.close()
-    monkeypatch.setitem(schema.MIGRATIONS, 4, real)
     s = LmdbStore(path, map_size=64 << 20)
     try:
         assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()

@@ -20,6 +20,7 @@ from svc_engine.errors import Conflict, StoreFull, ValidationError
 from svc_engine.idempotency import fingerprint
 from svc_engine.settings import DeferredSettings
 from svc_engine.store import IdemWrite
+from tests.migration_helpers import cut_migration
 
 
 async def test_writes_queued_together_commit_in_one_batch(store: LmdbStore) -> None:
@@ -230,7 +231,6 @@ async def test_migration_to_schema_10_splits_every_idempotency_record(
     """A data dir of schema 9 (records under scope NUL key in ``idem``, their
     times in ``idem_by_time``) is moved slice by slice; a crash between
     slices loses nothing, and each record replays as before."""
-    from storage import schema
     from svc_engine.idempotency import StoredResponse
 
     path = str(tmp_path / "v9")
@@ -247,27 +247,15 @@ async def test_migration_to_schema_10_splits_every_idempotency_record(
         txn.put((1).to_bytes(8, "big") + b"gone", b"", db=s.db(b"idem_by_time"))  # no record
         txn.put(b"schema_version", b"9", db=s.db(b"meta"))
     s.close()
-    monkeypatch.setattr(schema, "SLICE", 3)
-    real, calls = schema.MIGRATIONS[10], []
-
-    def dies_on_the_second_slice(txn: Any, dbs: Any, resume: bytes) -> Any:
-        calls.append(resume)
-        if len(calls) == 2:
-            raise RuntimeError("power cut")
-        return real(txn, dbs, resume)
-
-    monkeypatch.setitem(schema.MIGRATIONS, 10, dies_on_the_second_slice)
-    with pytest.raises(RuntimeError, match="power cut"):
-        LmdbStore(path, map_size=64 << 20)
-    stopped = LmdbStore(path, readonly=True)
+    calls, stopped = cut_migration(monkeypatch, path, version=10, slice_size=3, slice_no=2)
     assert stopped.meta("schema_version") == b"9"
+    assert stopped.meta("schema_resume") == b"10:" + calls[1] == b"10:"  # from the start again
     with stopped.read() as txn:
         assert txn.stat(stopped.db(b"idem"))["entries"] == 4  # the first slice moved
         assert txn.stat(stopped.db(b"responses"))["entries"] == 3
     assert {k: stopped.get_response(scope, k) for k in ("k0", "k1", "k2")} == {
         k: records[k] for k in ("k0", "k1", "k2")}
     stopped.close()
-    monkeypatch.setitem(schema.MIGRATIONS, 10, real)
     s = LmdbStore(path, map_size=64 << 20)
     try:
         assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
@@ -293,7 +281,7 @@ async def test_migration_to_schema_11_keeps_each_install_in_its_time_row(
     in its time row) is rewritten slice by slice; after it ``installs`` holds
     creation times only, every read finds what it found before, and an
     upgrade changes the time row and leaves the index entry as it was."""
-    from storage import layout, schema
+    from storage import layout
     from storage.attribution_store import AttributionStore
     from storage.codec import decode, encode
     from storage.install_rows import InstallRow
@@ -318,24 +306,11 @@ async def test_migration_to_schema_11_keeps_each_install_in_its_time_row(
                     cbor2.dumps(decision) if n != 4 else b"", db=s.db(b"installs_by_time"))
         txn.put(b"schema_version", b"10", db=s.db(b"meta"))
     s.close()
-    monkeypatch.setattr(schema, "SLICE", 3)
-    real, calls = schema.MIGRATIONS[11], []
-
-    def dies_on_the_second_slice(txn: Any, dbs: Any, resume: bytes) -> Any:
-        calls.append(resume)
-        if len(calls) == 2:
-            raise RuntimeError("power cut")
-        return real(txn, dbs, resume)
-
-    monkeypatch.setitem(schema.MIGRATIONS, 11, dies_on_the_second_slice)
-    with pytest.raises(RuntimeError, match="power cut"):
-        LmdbStore(path, map_size=16 << 20)
-    stopped = LmdbStore(path, readonly=True)
+    calls, stopped = cut_migration(monkeypatch, path, version=11, slice_size=3, slice_no=2)
     assert stopped.meta("schema_version") == b"10"
     assert [len(v) == 8 for _, v in stopped.scan(b"installs", b"")] == [True] * 3 + [False] * 4
     assert stopped.meta("schema_resume") == b"11:" + calls[1]  # where it goes on
     stopped.close()
-    monkeypatch.setitem(schema.MIGRATIONS, 11, real)
     s = LmdbStore(path, map_size=16 << 20)
     try:
         assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
