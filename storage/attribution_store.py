@@ -271,10 +271,10 @@ class AttributionStore:
                 method = Method.UNIVERSAL_LINK if platform == "ios" else Method.APP_LINK
             self.record_open(txn, project_id, mode, link, install_id, platform, method,
                               landing, now_ms, open_id)
-            if landing:
-                self.upgrade(txn, project_id, mode.value, install_id,
-                              InstallAttribution(link.id, Confidence.DETERMINISTIC, method),
-                              now_ms)
+            if landing and row is not None:
+                install_rows.upgrade(txn, self._db[b"installs_by_time"], row,
+                                     InstallAttribution(link.id, Confidence.DETERMINISTIC,
+                                                        method), now_ms)
             result = OpenResult(link, method, landing)
             self.store.record_response(txn, idem, result)
             return result
@@ -298,16 +298,6 @@ class AttributionStore:
             data=open_data(link_id=link.id, url=link.url(public_url=self.public_url),
                            platform=platform, method=method.value, is_deferred=is_deferred,
                            install_id=install_id, at_ms=now_ms)))
-
-    def upgrade(self, txn: lmdb.Transaction, project_id: str, mode: str, install_id: str,
-                 offered: InstallAttribution, now_ms: int) -> None:
-        row = self._row(txn, install_rows.index_key(project_id, mode, install_id))
-        if row is None:
-            return
-        upgraded = row.install.with_upgrade(offered, now_ms)
-        if upgraded is not row.install:  # its time row only: the index entry stays
-            install_rows.rewrite(txn, self._db[b"installs_by_time"],
-                                 attrs.evolve(row, install=upgraded))
 
     # -- handoffs (storage/handoffs_store.py) -----------------------------------------
 

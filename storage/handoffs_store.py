@@ -5,8 +5,8 @@ A pending handoff is ``handoffs`` (project | mode | user hash | created ms |
 id -> ``Handoff``) plus ``handoffs_by_time`` (expires ms | that key) for the
 sweep. Claiming reads the user's pending handoffs inside the write
 transaction, lets ``pick_handoff`` choose, clears them all, and records the
-open and the install upgrade through the :class:`OpenRecorder` (the
-``AttributionStore``) in the same commit.
+open through the :class:`OpenRecorder` (the ``AttributionStore``) and the
+install's upgrade (storage/install_rows.py) in the same commit.
 """
 
 from __future__ import annotations
@@ -43,9 +43,6 @@ class OpenRecorder(Protocol):
     def record_open(self, txn: lmdb.Transaction, project_id: str, mode: Mode, link: Link,
                     install_id: str, platform: str, method: Method, is_deferred: bool,
                     now_ms: int, open_id: str) -> None: ...
-
-    def upgrade(self, txn: lmdb.Transaction, project_id: str, mode: str, install_id: str,
-                offered: InstallAttribution, now_ms: int) -> None: ...
 
 
 class HandoffsStore:
@@ -111,9 +108,9 @@ class HandoffsStore:
                 method = Method.AUTHENTICATED_HANDOFF
                 self.opens.record_open(txn, project_id, mode, link, install_id, platform,
                                        method, True, now_ms, open_id)
-                self.opens.upgrade(txn, project_id, mode.value, install_id,
-                                   InstallAttribution(link.id, Confidence.DETERMINISTIC, method),
-                                   now_ms)
+                install_rows.upgrade(txn, db[b"installs_by_time"], installed,
+                                     InstallAttribution(link.id, Confidence.DETERMINISTIC, method),
+                                     now_ms)
             result = ClaimResult(link, len(rows))
             self.store.record_response(txn, idem, result)
             return result

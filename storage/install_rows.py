@@ -12,8 +12,9 @@
   New installs append to it in time order, so a batch's rows share pages;
   the dashboard and the export list installs from it directly.
 
-Reading an install by ID is two lookups in one read transaction. Every
-write of an install goes through :func:`put`, which keeps both in step.
+Reading an install by ID is two lookups in one read transaction. A new
+install is written by :func:`put` (both records), an upgrade by
+:func:`upgrade` (the row alone: the creation time never changes).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import lmdb
 from storage import layout
 from storage.codec import decode, decode_map, encode
 from svc_engine.attribution import Matched, Unattributed
-from svc_engine.installs import Install
+from svc_engine.installs import Install, InstallAttribution
 
 
 @attrs.frozen
@@ -85,26 +86,33 @@ def index_key(project_id: str, mode: str, install_id: str) -> bytes:
     return layout.scope(project_id, mode) + layout.uid(install_id)
 
 
-def time_key(install: Install) -> bytes:
-    """The install's key in ``installs_by_time``: project | mode | created ms |
-    install id."""
-    return (layout.scope(install.project_id, install.mode.value)
-            + layout.ms(install.created_at_ms) + layout.uid(install.install_id))
+def row_key(key: bytes, at: bytes) -> bytes:
+    """The row's key in ``installs_by_time`` (project | mode | created ms |
+    install id), from the install's ``installs`` key and its entry there."""
+    return key[:17] + at + key[17:]
 
 
 def put(txn: lmdb.Transaction, installs: Any, by_time: Any, row: InstallRow) -> None:
-    """Write ``row`` and its index entry (the creation time never changes, so
-    rewriting an install's row leaves its entry as it is)."""
+    """Write a new install's ``row`` and its index entry."""
     install = row.install
-    txn.put(index_key(install.project_id, install.mode.value, install.install_id),
-            layout.ms(install.created_at_ms), db=installs)
-    txn.put(time_key(install), encode(row), db=by_time)
+    key = index_key(install.project_id, install.mode.value, install.install_id)
+    at = layout.ms(install.created_at_ms)
+    txn.put(key, at, db=installs)
+    txn.put(row_key(key, at), encode(row), db=by_time)
 
 
-def rewrite(txn: lmdb.Transaction, by_time: Any, row: InstallRow) -> None:
-    """Write ``row`` over the stored row of its install (an upgrade): the
-    index entry holds the creation time only, so it is left unwritten."""
-    txn.put(time_key(row.install), encode(row), db=by_time)
+def upgrade(txn: lmdb.Transaction, by_time: Any, row: InstallRow,
+            offered: InstallAttribution, now_ms: int) -> None:
+    """Offer ``row``'s install a better attribution (a handoff claim, a
+    landing-page open): its row is rewritten when that changes it. The index
+    entry holds the creation time, which never changes, so it is not
+    written."""
+    upgraded = row.install.with_upgrade(offered, now_ms)
+    if upgraded is not row.install:
+        install = upgraded
+        key = index_key(install.project_id, install.mode.value, install.install_id)
+        txn.put(row_key(key, layout.ms(install.created_at_ms)),
+                encode(attrs.evolve(row, install=upgraded)), db=by_time)
 
 
 def get(txn: lmdb.Transaction, installs: Any, by_time: Any, key: bytes) -> InstallRow | None:
@@ -112,5 +120,5 @@ def get(txn: lmdb.Transaction, installs: Any, by_time: Any, key: bytes) -> Insta
     at = txn.get(key, db=installs)
     if at is None:
         return None
-    raw = txn.get(key[:17] + bytes(at) + key[17:], db=by_time)
+    raw = txn.get(row_key(key, bytes(at)), db=by_time)
     return decode(InstallRow, bytes(raw)) if raw is not None else None

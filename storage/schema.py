@@ -18,7 +18,7 @@ from typing import Any
 import cbor2
 import lmdb
 
-from storage import layout
+from storage import install_rows, layout
 
 SCHEMA_VERSION = 11
 _KEY = b"schema_version"
@@ -215,10 +215,11 @@ def _installs_into_their_time_rows(txn: lmdb.Transaction, dbs: Databases,
     for key, value in old:
         m = cbor2.loads(value)
         at = int(m["created_at_ms"]).to_bytes(8, "big")
-        row_key = key[:17] + at + key[17:]
-        judged = txn.get(row_key, db=by_time)
+        row = install_rows.row_key(key, at)
+        judged = txn.get(row, db=by_time)
         decision = cbor2.loads(bytes(judged)) if judged else None
-        txn.put(row_key, cbor2.dumps({"v": 1, "install": m, "decision": decision}), db=by_time)
+        # an InstallRow of version 1, written as such whatever the class becomes
+        txn.put(row, cbor2.dumps({"v": 1, "install": m, "decision": decision}), db=by_time)
         txn.put(key, at, db=installs)
     return old[-1][0] + b"\x00" if ok else None  # ok: the slice is full, more may follow
 

@@ -197,6 +197,10 @@ async def test_handoff_created_by_server_claimed_by_app(app: App) -> None:
     assert body["linkId"] == new["id"] and body["method"] == "authenticated_handoff"
     assert body["isDeferred"] is True and body["confidence"] == "deterministic"
     assert again.json() == {"link": None}  # both were cleared
+    install = app.services.attribution.get_install(app.project_id, "test", iid)
+    assert install is not None and install.attribution is not None  # upgraded by the claim
+    assert (install.attribution.link_id, install.attribution.method.value) == (
+        new["id"], "authenticated_handoff")
     # the user id is stored only as a salted hash
     for _, v in app.services.store.scan(b"handoffs", b""):
         assert user.encode() not in v

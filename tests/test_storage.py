@@ -281,7 +281,7 @@ async def test_migration_to_schema_11_keeps_each_install_in_its_time_row(
     in its time row) is rewritten slice by slice; after it ``installs`` holds
     creation times only, every read finds what it found before, and an
     upgrade changes the time row and leaves the index entry as it was."""
-    from storage import layout
+    from storage import install_rows, layout
     from storage.attribution_store import AttributionStore
     from storage.codec import decode, encode
     from storage.install_rows import InstallRow
@@ -331,8 +331,12 @@ async def test_migration_to_schema_11_keeps_each_install_in_its_time_row(
             key = scope + layout.uid(installs[1].install_id)
             with s.read() as txn:
                 before = txn.get(key, db=s.db(b"installs"))
-            await s.write(lambda txn: attribution.upgrade(txn, pid, "live",
-                                                          installs[1].install_id, offered, 77))
+            def upgrade(txn: Any) -> None:
+                row = install_rows.get(txn, s.db(b"installs"), s.db(b"installs_by_time"), key)
+                assert row is not None
+                install_rows.upgrade(txn, s.db(b"installs_by_time"), row, offered, 77)
+
+            await s.write(upgrade)
             s.writer.close()
         upgraded = attribution.get_install(pid, "live", installs[1].install_id)
         assert upgraded is not None and upgraded.attribution == offered
