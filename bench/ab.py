@@ -72,6 +72,8 @@ class Sample:
     """The disk's flush time just before the side was measured (bench/disk_probe.py)."""
     pages: float | None = None
     """4 KiB pages the server wrote a request at c32 (``PhaseResult.pages_per_request``)."""
+    pages_c1: float | None = None
+    """The same at c1: what one request's commit writes."""
 
     @classmethod
     def of(cls, round_: int, side: str, result: TargetResult) -> Sample:
@@ -81,17 +83,19 @@ class Sample:
                    server_p99_ms=result.unloaded.server_p99_ms,
                    steal_s=result.loaded.steal_s,
                    flush_p50_us=None if result.flush is None else result.flush.p50_us,
-                   pages=result.loaded.pages_per_request)
+                   pages=result.loaded.pages_per_request,
+                   pages_c1=result.unloaded.pages_per_request)
 
     def line(self) -> str:
         cpu = f"{self.cpu_us:.0f}" if self.cpu_us is not None else "-"
         server = f"{self.server_p99_ms:.2f}" if self.server_p99_ms is not None else "-"
         flush = f"{self.flush_p50_us:.0f}" if self.flush_p50_us is not None else "-"
         pages = f"{self.pages:.1f}" if self.pages is not None else "-"
+        pages_c1 = f"{self.pages_c1:.1f}" if self.pages_c1 is not None else "-"
         return (f"round {self.round} {self.side:<10} {self.target:<26} c32 {self.rps:8,.0f}/s "
                 f"CPU {cpu:>5} µs/req {pages:>5} pages/req | c1 p50 {self.c1_p50_ms:.3f} ms p99 "
-                f"{self.c1_p99_ms:.3f} ms (service {server} ms) | steal {self.steal_s:.2f} s | "
-                f"flush p50 {flush} µs")
+                f"{self.c1_p99_ms:.3f} ms (service {server} ms) {pages_c1:>5} pages/req | "
+                f"steal {self.steal_s:.2f} s | flush p50 {flush} µs")
 
 
 def parse_side(text: str) -> Side:
@@ -138,11 +142,13 @@ def summarize(samples: Sequence[Sample], sides: Sequence[Side]) -> str:
             cpu = f"{statistics.median(cpus):.0f}" if cpus else "-"
             written = [s.pages for s in own if s.pages is not None]
             pages = f"{statistics.median(written):.1f}" if written else "-"
+            written_c1 = [s.pages_c1 for s in own if s.pages_c1 is not None]
+            pages_c1 = f"{statistics.median(written_c1):.1f}" if written_c1 else "-"
             p50 = statistics.median(s.c1_p50_ms for s in own)
             p99 = statistics.median(s.c1_p99_ms for s in own)
             text = (f"  {side.label:<10} median of {len(own)}: c32 {rps:8,.0f}/s,"
                     f" CPU {cpu} µs/req, {pages} pages/req, c1 p50 {p50:.3f} ms,"
-                    f" p99 {p99:.3f} ms")
+                    f" p99 {p99:.3f} ms, {pages_c1} pages/req at c1")
             if side.label != first and base_rps:
                 paired = [s for s in own if s.round in base_rounds]
                 won = sum(1 for s in paired if s.rps > base_rounds[s.round])

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bench import disk_probe, extras, report_sections
-from bench.results import AGAIN, BASELINES, HYPERCORN_302, RunRecord, TargetResult
+from bench.results import AGAIN, BASELINES, HYPERCORN_302, FlushProbe, RunRecord, TargetResult
 from bench.wrk import wrk_version
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +126,8 @@ def render_table(record: RunRecord) -> str:
         "p99 c1",
         "p99 c1 in server",
         "CPU µs/req",
-        "pages/req",
+        f"pages/req c{c}",
+        "pages/req c1",
         *(f"ratio vs {b}" for b in BASELINES),
         f"paired ratio vs {HYPERCORN_302}",
     ]
@@ -134,6 +135,7 @@ def render_table(record: RunRecord) -> str:
     for r in record.results:
         cpu = r.loaded.cpu_us_per_request
         pages = r.loaded.pages_per_request
+        pages_c1 = r.unloaded.pages_per_request
         ratios = record.ratios.get(r.name, {})
         cells = [
             r.name,
@@ -146,6 +148,7 @@ def render_table(record: RunRecord) -> str:
             "" if r.unloaded.server_p99_ms is None else fmt_ms(r.unloaded.server_p99_ms),
             "n/a" if cpu is None else f"{cpu:,.0f}",
             "" if pages is None else f"{pages:.1f}",
+            "" if pages_c1 is None else f"{pages_c1:.1f}",
             *(fmt_ratio(ratios.get(b)) for b in BASELINES),
             "" if r.paired is None else fmt_ratio(r.paired_ratio),
         ]
@@ -166,21 +169,22 @@ def render_goals(record: RunRecord) -> list[str]:
     beside what the machine could do at that moment: the bare Hypercorn
     app's rate in the paired runs next to that path, and the disk's flush
     time measured just before it."""
-    rows: list[tuple[str, str, str, bool, str, str]] = []
+    rows: list[tuple[str, str, str, bool, str, str, str]] = []
     for r in record.results:
         flush = "" if r.flush is None else f"{r.flush.p50_us:,.0f} / {r.flush.p99_us:,.0f} µs"
+        batch = _batch_flush(r.flush)
         beside = "" if r.paired is None or not all(r.paired) else f"{sum(r.paired) / 2:,.0f}"
         for prefix, least in RATIO_GOALS:
             if r.name.startswith(prefix) and r.paired_ratio is not None:
                 rows.append((r.name, f"paired ratio >= {least}", f"{r.paired_ratio:.2f}",
-                             r.paired_ratio >= least, beside, flush))
+                             r.paired_ratio >= least, beside, flush, batch))
                 p99 = r.unloaded.load.p99_ms
                 rows.append((r.name, f"p99 c1 < {P99_GOAL_MS:g} ms", fmt_ms(p99),
-                             p99 < P99_GOAL_MS, beside, flush))
+                             p99 < P99_GOAL_MS, beside, flush, batch))
         if r.name == EVENTS_PATH:
             events = r.loaded.load.rps * 100
             rows.append((r.name, f"events/s >= {EVENTS_GOAL:,}", f"{events:,.0f}",
-                         events >= EVENTS_GOAL, beside, flush))
+                         events >= EVENTS_GOAL, beside, flush, batch))
     if not rows:
         return []
     met = sum(1 for row in rows if row[3])
@@ -188,10 +192,11 @@ def render_goals(record: RunRecord) -> list[str]:
         f"### Goals, this run: {met} of {len(rows)} met",
         "",
         f"| path | goal | this run | met | {HYPERCORN_302} req/s beside it "
-        "| disk flush p50 / p99 before it |",
-        "|---|---|---|---|---|---|",
-        *(f"| {name} | {goal} | {value} | {'yes' if ok else '**no**'} | {beside} | {flush} |"
-          for name, goal, value, ok, beside, flush in rows),
+        "| disk flush p50 / p99 before it "
+        f"| {disk_probe.BATCH_PAGES} pages a flush, scattered / adjacent, p50 |",
+        "|---|---|---|---|---|---|---|",
+        *(f"| {name} | {goal} | {value} | {'yes' if ok else '**no**'} | {beside} | {flush} "
+          f"| {batch} |" for name, goal, value, ok, beside, flush, batch in rows),
         "",
         f"{HYPERCORN_302} req/s beside it: the mean of the paired runs of the bare "
         "Hypercorn app just before and just after the path (the paired ratio's "
@@ -205,10 +210,22 @@ def render_goals(record: RunRecord) -> list[str]:
         "it never waits for the disk, and every durable path waits for two "
         "flushes a commit: a goal missed beside a slow flush points at the disk, "
         "beside a usual one (100-200 µs p50 on this machine) at the CPU's side.",
+        f"Then {disk_probe.BATCH_PAGES} pages written and flushed at once, "
+        f"{disk_probe.BATCH_FLUSHES} times at scattered offsets and as many side by "
+        "side: a commit's pages lie where LMDB's free list puts them, scattered, and "
+        "a path's commit at c1 writes its \"pages/req c1\" (the table above), so a "
+        "c1 p99 is bounded below by about two flushes: one of that many scattered "
+        "pages and one of the meta page (session 23 in the notes below).",
         "",
         "Webhook deliveries (goal: 2,000 a second) are in their own section below.",
         "",
     ]
+
+
+def _batch_flush(flush: FlushProbe | None) -> str:
+    if flush is None or flush.scattered_p50_us is None or flush.adjacent_p50_us is None:
+        return ""
+    return f"{flush.scattered_p50_us:,.0f} / {flush.adjacent_p50_us:,.0f} µs"
 
 
 NOISY_LOAD = 0.1  # cores' worth of other processes' CPU during a measured run
@@ -303,9 +320,11 @@ def render_readme(record: RunRecord, kept: str, sections: Mapping[str, str] | No
         "divided by the requests it served. pages/req is what the server wrote to",
         "its files during the loaded run (`wchar` in /proc/PID/io, less its log's",
         "growth: LMDB's pages) in 4 KiB pages a request, amortized over the group",
-        "commit's batches. Unlike req/s and CPU it does not move with the machine's",
+        "commit's batches; at c1 every request is a commit of its own, so there it",
+        "is what one commit writes: every tree the request touches, root to leaf.",
+        "Unlike req/s and CPU it does not move with the machine's",
         "phase, and on this disk every page a durable commit writes is a separate",
-        "request that its flush waits for (session 20 in the notes below). Raw wrk",
+        "request that its flush waits for (sessions 20 and 23 in the notes below). Raw wrk",
         "output and server logs land in `bench/out/`.",
         "Service paths are registered in `bench/targets.py`. Paths that consume",
         "state (a token, a network's tap, a pending handoff) get it made first by real",

@@ -71,11 +71,17 @@ def nearest_rank(sorted_values: Sequence[float], fraction: float) -> float:
 @attrs.frozen
 class FlushProbe:
     """One page written and flushed ``count`` times just before a path's
-    measurement (bench/disk_probe.py): the disk's phase beside that path."""
+    measurement (bench/disk_probe.py): the disk's phase beside that path.
+    ``scattered_p50_us`` and ``adjacent_p50_us``: the p50 time to write and
+    flush ``batch_pages`` pages at once, at scattered offsets and side by
+    side (None in records made before session 23)."""
 
     count: int
     p50_us: float
     p99_us: float
+    batch_pages: int = 0
+    scattered_p50_us: float | None = None
+    adjacent_p50_us: float | None = None
 
 
 @attrs.frozen

@@ -31,9 +31,10 @@ def test_odd_rounds_reverse_the_order() -> None:
 
 
 def _sample(round_: int, side: str, rps: float, cpu: float = 300.0,
-            pages: float | None = None) -> Sample:
+            pages: float | None = None, pages_c1: float | None = None) -> Sample:
     return Sample(round=round_, side=side, target="init-ios-network", rps=rps, cpu_us=cpu,
-                  c1_p50_ms=1.0 + round_ / 10, c1_p99_ms=2.0, server_p99_ms=1.5, pages=pages)
+                  c1_p50_ms=1.0 + round_ / 10, c1_p99_ms=2.0, server_p99_ms=1.5, pages=pages,
+                  pages_c1=pages_c1)
 
 
 def test_the_summary_gives_medians_and_rounds_won_against_the_first_side() -> None:
@@ -81,9 +82,14 @@ def test_this_checkout_is_used_as_it_is_and_a_revision_gets_a_worktree(tmp_path:
 
 def test_the_pages_written_a_request_are_shown_per_round_and_as_a_median() -> None:
     sides = [Side("base", "HEAD~1"), Side("new", "HEAD")]
-    samples = [_sample(0, "base", 2000, pages=7.3), _sample(0, "new", 2200, pages=6.0),
-               _sample(1, "new", 2100, pages=6.2), _sample(1, "base", 2600, pages=7.1)]
-    assert "CPU   300 µs/req   6.0 pages/req |" in samples[1].line()
+    samples = [_sample(0, "base", 2000, pages=7.3, pages_c1=30.0),
+               _sample(0, "new", 2200, pages=6.0, pages_c1=22.0),
+               _sample(1, "new", 2100, pages=6.2, pages_c1=23.0),
+               _sample(1, "base", 2600, pages=7.1, pages_c1=31.0)]
+    assert "CPU   300 µs/req   6.0 pages/req | c1 p50" in samples[1].line()
+    assert "(service 1.50 ms)  22.0 pages/req | steal" in samples[1].line()
     assert "CPU   300 µs/req     - pages/req |" in _sample(0, "base", 1).line()
+    assert "(service 1.50 ms)     - pages/req | steal" in _sample(0, "base", 1).line()
     base, new = summarize(samples, sides).splitlines()[1:]
-    assert "CPU 300 µs/req, 7.2 pages/req," in base and "CPU 300 µs/req, 6.1 pages/req," in new
+    assert "CPU 300 µs/req, 7.2 pages/req," in base and "30.5 pages/req at c1" in base
+    assert "CPU 300 µs/req, 6.1 pages/req," in new and "22.5 pages/req at c1" in new

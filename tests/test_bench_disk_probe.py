@@ -21,10 +21,44 @@ def test_percentiles_are_nearest_rank() -> None:
 
 def test_a_probe_times_real_flushes_and_leaves_nothing_behind(tmp_path: Path) -> None:
     where = tmp_path / "probe"
-    probe = probe_flushes(where, count=20)
+    probe = probe_flushes(where, count=20, batches=5)
     assert probe.count == 20
     # a flush reaches the device: it takes time, and the p99 is not below the p50
     assert 0 < probe.p50_us <= probe.p99_us
+    # and so do the batches of pages flushed at once (which is faster, scattered
+    # or adjacent, depends on the disk: not asserted)
+    assert probe.batch_pages == 32
+    assert probe.scattered_p50_us is not None and probe.scattered_p50_us > 0
+    assert probe.adjacent_p50_us is not None and probe.adjacent_p50_us > 0
     assert list(where.iterdir()) == []
     with pytest.raises(ValueError):
         probe_flushes(where, count=0)
+    with pytest.raises(ValueError):
+        probe_flushes(where, batches=0)
+
+
+def test_a_batch_writes_its_pages_and_adjacent_pages_in_one_write(tmp_path: Path) -> None:
+    import os
+
+    from bench.disk_probe import PAGE, _batch
+
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.pwrite(fd, bytes(PAGE * 8), 0)
+        writes: list[tuple[int, int]] = []
+        real = os.pwrite
+
+        def spy(fd_: int, data: bytes, offset: int) -> int:
+            writes.append((offset // PAGE, len(data) // PAGE))
+            return real(fd_, data, offset)
+
+        os.pwrite = spy  # type: ignore[assignment]
+        try:
+            assert _batch(fd, b"x" * PAGE, [1, 2, 3, 5, 7]) > 0
+        finally:
+            os.pwrite = real
+        assert writes == [(1, 3), (5, 1), (7, 1)]
+        assert os.pread(fd, PAGE * 8, 0) == b"".join(
+            (b"x" if n in (1, 2, 3, 5, 7) else b"\0") * PAGE for n in range(8))
+    finally:
+        os.close(fd)
