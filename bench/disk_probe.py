@@ -15,74 +15,32 @@ A flush's cost also grows with the pages it carries, and on this kind of
 disk it grows with how many separate runs of pages they make: the probe
 also times ``BATCH_PAGES`` pages written and flushed together, once at
 scattered offsets (as an LMDB commit's pages usually lie: they come from its
-free list) and once side by side. A commit at c1 writes every tree it
+free list) and once side by side. The measuring is storage/flush_probe.py's,
+which ``svc doctor --disk`` uses too. A commit at c1 writes every tree it
 touches from root to leaf (the table's "pages/req c1"), so the scattered
 figure beside it tells what its flush waits for (session 23 in the notes).
 """
 
 from __future__ import annotations
 
-import os
-import random
-import time
 from pathlib import Path
 
-from bench.results import FlushProbe, nearest_rank
+from bench.results import FlushProbe
+from storage.flush_probe import BATCH_PAGES as BATCH_PAGES  # the goals table names it
+from storage.flush_probe import measure, nearest_rank
 
-PAGE = 4096
-FILE_PAGES = 1024  # a 4 MiB file: written whole first, so a probe never grows it
 PROBE_FLUSHES = 200
-BATCH_PAGES = 32  # about what an iOS first launch's commit writes at c1
 BATCH_FLUSHES = 40
-SEED = 8
 
 
-def probe_flushes(directory: Path, *, count: int = PROBE_FLUSHES, seed: int = SEED,
+def probe_flushes(directory: Path, *, count: int = PROBE_FLUSHES,
                   batches: int = BATCH_FLUSHES) -> FlushProbe:
     """Time ``count`` one-page writes, each made durable by ``fdatasync``;
     then ``batches`` times ``BATCH_PAGES`` pages at scattered offsets and as
-    many side by side, each batch written (one page a write, as LMDB writes
-    pages that are not adjacent) and made durable by one ``fdatasync``."""
-    if count < 1 or batches < 1:
-        raise ValueError("count and batches must be at least 1")
+    many side by side, each batch made durable by one ``fdatasync``."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "flush-probe.bin"
-    rng = random.Random(seed)
-    page = rng.randbytes(PAGE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.pwrite(fd, bytes(PAGE * FILE_PAGES), 0)
-        os.fdatasync(fd)
-        took = []
-        for _ in range(count):
-            offset = rng.randrange(FILE_PAGES) * PAGE
-            start = time.perf_counter()
-            os.pwrite(fd, page, offset)
-            os.fdatasync(fd)
-            took.append(time.perf_counter() - start)
-        scattered = [_batch(fd, page, sorted(rng.sample(range(FILE_PAGES), BATCH_PAGES)))
-                     for _ in range(batches)]
-        adjacent = [_batch(fd, page, [first + i for i in range(BATCH_PAGES)])
-                    for first in (rng.randrange(FILE_PAGES - BATCH_PAGES) for _ in range(batches))]
-    finally:
-        os.close(fd)
-        path.unlink(missing_ok=True)
-    took.sort()
-    return FlushProbe(count=count, p50_us=nearest_rank(took, 0.5) * 1e6,
-                      p99_us=nearest_rank(took, 0.99) * 1e6, batch_pages=BATCH_PAGES,
-                      scattered_p50_us=nearest_rank(sorted(scattered), 0.5) * 1e6,
-                      adjacent_p50_us=nearest_rank(sorted(adjacent), 0.5) * 1e6)
-
-
-def _batch(fd: int, page: bytes, pages: list[int]) -> float:
-    """Seconds to write ``pages`` (page numbers, ascending) and flush them once:
-    adjacent pages in one write, as LMDB does."""
-    start = time.perf_counter()
-    run_start = prev = pages[0]
-    for n in [*pages[1:], -1]:
-        if n != prev + 1:
-            os.pwrite(fd, page * (prev - run_start + 1), run_start * PAGE)
-            run_start = n
-        prev = n
-    os.fdatasync(fd)
-    return time.perf_counter() - start
+    took = measure(str(directory), singles=count, batches=batches)
+    return FlushProbe(count=count, p50_us=nearest_rank(took.single, 0.5) * 1e6,
+                      p99_us=nearest_rank(took.single, 0.99) * 1e6, batch_pages=BATCH_PAGES,
+                      scattered_p50_us=nearest_rank(took.scattered, 0.5) * 1e6,
+                      adjacent_p50_us=nearest_rank(took.adjacent, 0.5) * 1e6)

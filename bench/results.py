@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from bench.wrk import WrkResult
+from storage.flush_probe import nearest_rank as nearest_rank  # every bench percentile
 
 HYPERCORN_302 = "hypercorn-trio-302"
 H11_302 = "trio-h11-302"
@@ -57,15 +58,6 @@ class PhaseResult:
         if self.store_bytes is None or self.load.requests == 0:
             return None
         return self.store_bytes / PAGE / self.load.requests
-
-
-def nearest_rank(sorted_values: Sequence[float], fraction: float) -> float:
-    """The nearest-rank percentile (``fraction`` 0.5 for p50, 0.99 for p99) of
-    values sorted ascending; ``ValueError`` when there are none."""
-    if not sorted_values:
-        raise ValueError("no values")
-    rank = -(-round(fraction * 1000) * len(sorted_values) // 1000)  # ceil, exact
-    return sorted_values[max(1, rank) - 1]
 
 
 @attrs.frozen

@@ -35,12 +35,13 @@ def test_a_probe_times_real_flushes_and_leaves_nothing_behind(tmp_path: Path) ->
         probe_flushes(where, count=0)
     with pytest.raises(ValueError):
         probe_flushes(where, batches=0)
+    assert list(where.iterdir()) == []
 
 
-def test_a_batch_writes_its_pages_and_adjacent_pages_in_one_write(tmp_path: Path) -> None:
+def test_a_batch_writes_its_pages_adjacent_ones_in_one_write(tmp_path: Path) -> None:
     import os
 
-    from bench.disk_probe import PAGE, _batch
+    from storage.flush_probe import PAGE, write_and_flush
 
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -54,7 +55,7 @@ def test_a_batch_writes_its_pages_and_adjacent_pages_in_one_write(tmp_path: Path
 
         os.pwrite = spy  # type: ignore[assignment]
         try:
-            assert _batch(fd, b"x" * PAGE, [1, 2, 3, 5, 7]) > 0
+            assert write_and_flush(fd, b"x" * PAGE, [1, 2, 3, 5, 7]) > 0
         finally:
             os.pwrite = real
         assert writes == [(1, 3), (5, 1), (7, 1)]

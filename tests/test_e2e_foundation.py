@@ -153,6 +153,14 @@ def test_doctor_reports_a_healthy_and_a_missing_data_dir(tmp_path: os.PathLike[s
     assert checks["bootstrap"]["verdict"] == "ok"
     text = _cli(data, "doctor")
     assert "map space" in text.stdout and "webhooks" in text.stdout
+    assert "disk flush" not in text.stdout  # only when asked: it writes
+    # --disk times real flushes in the data dir and leaves no file behind
+    before = sorted(os.listdir(data))
+    disk = _cli(data, "doctor", "--json", "--disk")
+    assert disk.returncode == 0, disk.stdout + disk.stderr
+    flush = {f["check"]: f for f in json.loads(disk.stdout)}["disk flush"]
+    assert flush["verdict"] in ("ok", "warn") and "one page" in flush["detail"]
+    assert sorted(os.listdir(data)) == before
 
 
 def test_doctor_warns_when_the_map_is_nearly_full(tmp_path: os.PathLike[str]) -> None:

@@ -10,7 +10,7 @@
     svc plan set ORG PLAN
     svc user create --email E [--password P] [--org ID --role ROLE]
     svc backup DEST [--data DIR]
-    svc doctor [--data DIR] [--json]
+    svc doctor [--data DIR] [--json] [--disk]
     svc webhooks listen --secret whsec_... [--port P] [--host H]
 
 Every flag also reads from its ``SVC_*`` environment variable (README.md).
@@ -173,7 +173,7 @@ def cmd_doctor(args: argparse.Namespace) -> None:
     from web.doctor import diagnose
 
     cfg = _config(args)
-    findings = diagnose(cfg.data_dir, _now(), cfg.map_size)
+    findings = diagnose(cfg.data_dir, _now(), cfg.map_size, disk=args.disk)
     if args.json:
         _print([f.to_json() for f in findings])
     else:
@@ -265,6 +265,8 @@ def parser() -> argparse.ArgumentParser:
     dr = sub.add_parser("doctor", help="check a data dir and say what to do")
     _add_data(dr)
     dr.add_argument("--json", action="store_true")
+    dr.add_argument("--disk", action="store_true",
+                    help="also time the disk's flushes (writes a 4 MiB scratch file)")
     dr.set_defaults(fn=cmd_doctor)
 
     wh = sub.add_parser("webhooks", help="webhook tools")

@@ -8,9 +8,21 @@ Checks, each with a verdict (ok, warn, fail) and a remedy:
 - deadlines: how many, and how many are overdue (overdue ones fire at start);
 - webhook deliveries waiting (Queued, Sending, Retrying) and events in the
   outbox not yet turned into deliveries;
-- whether a bootstrap organization exists.
+- whether a bootstrap organization exists;
+- with ``--disk``, how long the data dir's disk takes to flush (below).
 
-Safe while the service runs: it only reads (one read transaction).
+Safe while the service runs: it only reads (one read transaction). With
+``--disk`` it also writes and flushes a 4 MiB scratch file in the data dir
+for a fraction of a second (storage/flush_probe.py), then removes it.
+
+The disk check. Every acknowledged write waits for two flushes of the data
+file (its pages, then the meta page: storage/writer.py), so the flush time
+is the floor of an unloaded durable request, and it grows with every
+separate page a commit writes (a first launch writes 16-28, mostly
+scattered: bench/README.md, session 23). It warns when one page takes
+``SLOW_FLUSH_US`` or more at the median, or a batch of scattered pages
+``SLOW_BATCH_US``: a disk behind a network, a spinning one, or one whose
+flushes queue behind other tenants'.
 """
 
 from __future__ import annotations
@@ -22,12 +34,16 @@ import attrs
 import cbor2
 import lmdb
 
-from storage import layout
+from storage import flush_probe, layout
 from storage.schema import SCHEMA_VERSION
 
 WARN_FULL = 0.80
 FAIL_FULL = 0.95
 WAITING = {"Queued", "Sending", "Retrying"}
+SLOW_FLUSH_US = 1_000  # one page: then an unloaded durable write takes >2 ms
+SLOW_BATCH_US = 5_000  # 32 scattered pages: then a first launch's commit does
+DISK_SINGLES = 50
+DISK_BATCHES = 10
 
 
 @attrs.frozen
@@ -41,8 +57,9 @@ class Finding:
         return attrs.asdict(self)
 
 
-def diagnose(path: str, now_ms: int, map_size: int) -> list[Finding]:
-    """``map_size`` is the one the service opens with (SVC_MAP_SIZE)."""
+def diagnose(path: str, now_ms: int, map_size: int, *, disk: bool = False) -> list[Finding]:
+    """``map_size`` is the one the service opens with (SVC_MAP_SIZE); ``disk``:
+    also time the disk's flushes in ``path`` (writes a scratch file)."""
     if not os.path.exists(os.path.join(path, "data.mdb")):
         return [Finding("data dir", "fail", f"no LMDB data in {path}",
                         "check --data / SVC_DATA_DIR, or start the service once to create it")]
@@ -53,9 +70,38 @@ def diagnose(path: str, now_ms: int, map_size: int) -> list[Finding]:
         return [Finding("data dir", "fail", f"cannot open: {e}",
                         "check permissions; restore from `svc backup` if the files are damaged")]
     try:
-        return _checks(env, now_ms, map_size)
+        found = _checks(env, now_ms, map_size)
     finally:
         env.close()
+    if disk:
+        found.append(disk_finding(path))
+    return found
+
+
+def disk_finding(path: str) -> Finding:
+    """The disk check: flushes timed in a scratch file of ``path``."""
+    try:
+        took = flush_probe.measure(path, singles=DISK_SINGLES, batches=DISK_BATCHES)
+    except OSError as e:
+        return Finding("disk flush", "fail", f"cannot write a scratch file in {path}: {e}",
+                       "check the data dir's permissions and free space")
+    p = flush_probe.nearest_rank
+    return judge_disk(one_p50_us=p(took.single, 0.5) * 1e6, one_p99_us=p(took.single, 0.99) * 1e6,
+                      scattered_p50_us=p(took.scattered, 0.5) * 1e6,
+                      adjacent_p50_us=p(took.adjacent, 0.5) * 1e6, batch_pages=took.batch_pages)
+
+
+def judge_disk(*, one_p50_us: float, one_p99_us: float, scattered_p50_us: float,
+               adjacent_p50_us: float, batch_pages: int) -> Finding:
+    """The verdict on measured flush times (µs; see the module's docstring)."""
+    detail = (f"one page {one_p50_us:,.0f} µs p50 ({one_p99_us:,.0f} p99); {batch_pages} pages "
+              f"{scattered_p50_us:,.0f} µs scattered, {adjacent_p50_us:,.0f} side by side; "
+              "a durable write waits two flushes")
+    if one_p50_us < SLOW_FLUSH_US and scattered_p50_us < SLOW_BATCH_US:
+        return Finding("disk flush", "ok", detail)
+    return Finding("disk flush", "warn", detail,
+                   "every acknowledged write waits for this disk: put the data dir on a "
+                   "local SSD (not a network or spinning disk)")
 
 
 def _open(env: lmdb.Environment, name: bytes, txn: lmdb.Transaction) -> Any:

@@ -1,0 +1,58 @@
+"""`svc doctor --disk`: the verdict on flush times, and the probe it runs
+(real writes and flushes in a temp dir)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from storage import flush_probe
+from web.doctor import SLOW_BATCH_US, SLOW_FLUSH_US, disk_finding, judge_disk
+
+
+def _judge(one: float, scattered: float) -> tuple[str, str, str]:
+    f = judge_disk(one_p50_us=one, one_p99_us=one * 2, scattered_p50_us=scattered,
+                   adjacent_p50_us=one * 1.5, batch_pages=32)
+    return f.verdict, f.detail, f.remedy
+
+
+def test_a_local_ssd_like_disk_is_ok_and_the_detail_gives_the_figures() -> None:
+    verdict, detail, remedy = _judge(118.0, 621.0)
+    assert verdict == "ok" and remedy == ""
+    assert detail == ("one page 118 µs p50 (236 p99); 32 pages 621 µs scattered, 177 side "
+                      "by side; a durable write waits two flushes")
+
+
+@pytest.mark.parametrize(("one", "scattered", "verdict"), [
+    (SLOW_FLUSH_US - 1, SLOW_BATCH_US - 1, "ok"),
+    (SLOW_FLUSH_US, 600.0, "warn"),       # every flush slow: a network or spinning disk
+    (300.0, SLOW_BATCH_US, "warn"),       # single pages fine, scattered ones slow
+    (8_000.0, 40_000.0, "warn"),
+])
+def test_a_slow_flush_warns_with_a_remedy(one: float, scattered: float, verdict: str) -> None:
+    got, _, remedy = _judge(one, scattered)
+    assert got == verdict
+    assert (remedy != "") == (verdict == "warn") and ("local SSD" in remedy or not remedy)
+
+
+def test_the_probe_times_real_flushes_and_removes_its_file(tmp_path: Path) -> None:
+    took = flush_probe.measure(str(tmp_path), singles=5, batches=3, batch_pages=8)
+    assert len(took.single) == 5 and len(took.scattered) == 3 and len(took.adjacent) == 3
+    assert all(t > 0 for t in (*took.single, *took.scattered, *took.adjacent))
+    assert list(took.single) == sorted(took.single) and took.batch_pages == 8
+    assert os.listdir(tmp_path) == []
+    for bad in ({"singles": 0, "batches": 1}, {"singles": 1, "batches": 0},
+                {"singles": 1, "batches": 1, "batch_pages": 0},
+                {"singles": 1, "batches": 1, "batch_pages": flush_probe.FILE_PAGES}):
+        with pytest.raises(ValueError):
+            flush_probe.measure(str(tmp_path), **bad)  # type: ignore[arg-type]
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_data_dir_it_cannot_write_is_a_failed_check(tmp_path: Path) -> None:
+    gone = tmp_path / "not-there"
+    f = disk_finding(str(gone))
+    assert f.check == "disk flush" and f.verdict == "fail"
+    assert "cannot write a scratch file" in f.detail and f.remedy
