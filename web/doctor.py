@@ -41,7 +41,7 @@ WARN_FULL = 0.80
 FAIL_FULL = 0.95
 WAITING = {"Queued", "Sending", "Retrying"}
 SLOW_FLUSH_US = 1_000  # one page: then an unloaded durable write takes >2 ms
-SLOW_BATCH_US = 5_000  # 32 scattered pages: then a first launch's commit does
+SLOW_BATCH_US = 5_000  # 32 scattered pages, about one first launch's commit
 DISK_SINGLES = 50
 DISK_BATCHES = 10
 
