@@ -213,9 +213,9 @@ def render_goals(record: RunRecord) -> list[str]:
         f"Then {disk_probe.BATCH_PAGES} pages written and flushed at once, "
         f"{disk_probe.BATCH_FLUSHES} times at scattered offsets and as many side by "
         "side: a commit's pages lie where LMDB's free list puts them, scattered, and "
-        "a path's commit at c1 writes its \"pages/req c1\" (the table above), so a "
-        "c1 p99 is bounded below by about two flushes: one of that many scattered "
-        "pages and one of the meta page (session 23 in the notes below).",
+        "a path's commit at c1 writes its \"pages/req c1\" (the table above), so "
+        "every durable request at c1 waits for about two flushes: one of that many "
+        "scattered pages and one of the meta page (session 23 in the notes below).",
         "",
         "Webhook deliveries (goal: 2,000 a second) are in their own section below.",
         "",
