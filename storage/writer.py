@@ -9,7 +9,12 @@ While that thread commits, new ops queue up, so under load batches grow by
 themselves and the fsync cost is shared; when idle an op is committed at once
 (no artificial delay). An op that raises aborts only its own writes; its
 caller gets the error, the others commit. If the parent commit fails (map full,
-disk error) every op of the batch fails and nothing of it is visible.
+disk full, a failing device) every op of the batch fails with
+``StorageUnavailable`` (503 to a caller) and nothing of it is visible; the
+writer goes on, and the next batch commits once the cause is gone. Such
+failures come in bursts (every write fails until the disk has room), so
+they are logged once with the traceback and then as one line a
+``FAILURE_LOG_S`` with how many commits failed since (:class:`FailureLog`).
 
 Ops rarely raise, so a batch first runs every op directly in that
 transaction. Only when an op raises is that attempt aborted and the batch
@@ -65,6 +70,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -75,13 +81,15 @@ import trio
 from storage import counters
 from storage.commit_thread import CommitThread
 from storage.file_ahead import FileAhead
-from svc_engine.errors import InternalError, StoreFull, SvcError
+from svc_engine.errors import InternalError, StorageUnavailable, StoreFull, SvcError
 
 T = TypeVar("T")
 Op = Callable[[lmdb.Transaction], T]
 Outcome = tuple[Any, BaseException | None]
 BUSY_BATCH = 4
 GROUP_WINDOW_S = 0.002
+FAILURE_LOG_S = 10.0
+_MAP_FULL = "the data store is full; the operator must raise SVC_MAP_SIZE"
 log = logging.getLogger("svc.storage")
 
 
@@ -121,15 +129,55 @@ class WriterStats:
     batches: int = 0
     ops: int = 0
     failed_ops: int = 0
+    failed_commits: int = 0  # batches whose commit or flush failed (StorageUnavailable)
     largest_batch: int = 0
     queued: int = 0
+
+
+class FailureLog:
+    """Logs a burst of failed commits as one traceback, then one line a
+    ``every_s`` (``clock`` seconds) saying how many failed since, and one
+    when a commit succeeds again. Owned by the writer's commit thread;
+    ``count`` (every failed commit so far) is read by ``statistics()``."""
+
+    def __init__(self, clock: Callable[[], float], every_s: float = FAILURE_LOG_S) -> None:
+        self._clock = clock
+        self._every_s = every_s
+        self._failing = False
+        self._since_line = 0  # failures not yet reported
+        self._total = 0  # failures in this burst
+        self._last_line = 0.0
+        self.count = 0
+
+    def failed(self, error: BaseException, remedy: str) -> None:
+        now = self._clock()
+        self.count += 1
+        self._total += 1
+        if not self._failing:
+            self._failing, self._last_line, self._since_line = True, now, 0
+            log.error("a commit failed, so the store takes no writes (%s); %s",
+                      type(error).__name__, remedy, exc_info=error)
+            return
+        self._since_line += 1
+        if now - self._last_line >= self._every_s:
+            log.error("%d more commits failed in the last %.0f s (%s: %s); %s",
+                      self._since_line, now - self._last_line, type(error).__name__,
+                      error, remedy)
+            self._last_line, self._since_line = now, 0
+
+    def succeeded(self) -> None:
+        if self._failing:
+            log.warning("commits succeed again, after %d failed", self._total)
+            self._failing, self._total, self._since_line = False, 0, 0
 
 
 class Writer:
     def __init__(self, env: lmdb.Environment, *, capacity: int = 4096, max_batch: int = 1024,
                  inline: bool = False, sync: Callable[[], object] | None = None,
-                 ahead: FileAhead | None = None):
+                 ahead: FileAhead | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self._env = env
+        self._failures = FailureLog(clock)
         self._ahead = ahead
         self._inline = inline
         self._sync = sync if sync is not None else lambda: env.sync(True)
@@ -141,6 +189,7 @@ class Writer:
 
     def statistics(self) -> WriterStats:
         self._stats.queued = self._send.statistics().current_buffer_used
+        self._stats.failed_commits = self._failures.count
         return attrs.evolve(self._stats)
 
     async def submit(self, op: Op[T], *, lazy: bool = False) -> Pending[T]:
@@ -220,17 +269,24 @@ class Writer:
             self._ahead.prepare()
         try:
             try:
-                return self._run(batch, isolated=False)
+                done = self._run(batch, isolated=False)
             except _OpRaised:
-                return self._run(batch, isolated=True)
-        except lmdb.MapFullError:
-            log.error("LMDB map is full: raise SVC_MAP_SIZE and restart (see README)")
-            err = StoreFull("the data store is full; the operator must raise SVC_MAP_SIZE")
-            return [(None, err)] * len(batch), []
+                done = self._run(batch, isolated=True)
+        except lmdb.MapFullError as e:
+            self._failures.failed(e, "the LMDB map is full: raise SVC_MAP_SIZE and restart "
+                                     "(see README)")
+            return self._all_failed(batch, StoreFull(_MAP_FULL))
         except lmdb.Error as e:
-            log.exception("LMDB commit failed")
-            error = InternalError(f"storage error: {type(e).__name__}")
-            return [(None, error)] * len(batch), []
+            self._failures.failed(e, "is the data dir's disk full or failing? Writes work "
+                                     "again once it has room (`svc doctor --data DIR`)")
+            return self._all_failed(batch, StorageUnavailable(f"storage error: {e}"))
+        self._failures.succeeded()
+        return done
+
+    @staticmethod
+    def _all_failed(batch: list[Pending[Any]],
+                    error: StorageUnavailable) -> tuple[list[Outcome], list[Callable[[], None]]]:
+        return [(None, error)] * len(batch), []
 
     def _run(self, batch: list[Pending[Any]], *,
              isolated: bool) -> tuple[list[Outcome], list[Callable[[], None]]]:
@@ -314,7 +370,7 @@ class _OpRaised(Exception):
 def _as_store_error(e: BaseException) -> BaseException:
     if isinstance(e, lmdb.MapFullError):
         log.error("LMDB map is full: raise SVC_MAP_SIZE and restart (see README)")
-        return StoreFull("the data store is full; the operator must raise SVC_MAP_SIZE")
+        return StoreFull(_MAP_FULL)
     if isinstance(e, SvcError | Exception):
         if not isinstance(e, SvcError):
             log.error("write op failed", exc_info=e)

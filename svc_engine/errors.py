@@ -29,7 +29,10 @@ three branches, and which branch an error is on decides who sees it::
     ├── RemoteError            a webhook endpoint misbehaved: drives retries and
     │                          endpoint health, never reaches an API caller
     └── InternalError          500 internal_error: our fault
-        ├── StoreFull              the LMDB map is full (see README: SVC_MAP_SIZE)
+        ├── StorageUnavailable     503 storage_unavailable: a commit or its flush
+        │   │                      failed (a full disk, a failing device): retry
+        │   │                      later, same Idempotency-Key (carries retry_after)
+        │   └── StoreFull              the LMDB map is full (see README: SVC_MAP_SIZE)
         ├── Overloaded             503 overloaded: admission limit reached
         └── ActorFailed            the owning actor crashed while serving the request
 
@@ -191,7 +194,23 @@ class InternalError(SvcError):
     code = "internal_error"
 
 
-class StoreFull(InternalError):
+class StorageUnavailable(InternalError):
+    """The store could not commit or flush (a full disk, a failing device, a
+    full map).
+
+    A commit that fails is aborted: nothing of its batch is stored. A flush
+    that fails after its commit leaves the batch readable but not known to
+    be on disk; a retry with the same Idempotency-Key then replays the
+    stored answer. Earlier data is intact either way, and writes work again
+    once the cause is gone. The message is for the operator's log: callers
+    get a fixed one (web/http.py), since the cause is the service's."""
+
+    status = 503
+    code = "storage_unavailable"
+    retry_after = 5  # seconds, in the answer's Retry-After
+
+
+class StoreFull(StorageUnavailable):
     """The LMDB map is full. Remedy: raise SVC_MAP_SIZE and restart."""
 
 

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 READY = re.compile(r"svc: listening on (\S+)")
 
@@ -93,3 +94,13 @@ class ServerProcess:
             self.proc.stdout.close()
         if getattr(self, "_log", None) is not None:
             self._log.close()
+
+
+def scraped(url: str, token: str, family: str) -> float:
+    """The first sample of one metric family in a server's ``/metrics``."""
+    r = httpx.get(f"{url}/metrics", headers={"authorization": f"Bearer {token}"})
+    assert r.status_code == 200, r.status_code
+    for found in text_string_to_metric_families(r.text):
+        if found.name == family:
+            return float(found.samples[0].value)
+    raise AssertionError(f"no {family} in the scrape")

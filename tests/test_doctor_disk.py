@@ -1,5 +1,5 @@
-"""`svc doctor --disk`: the verdict on flush times, and the probe it runs
-(real writes and flushes in a temp dir)."""
+"""`svc doctor`: the verdict on the data dir's free space; with `--disk`, on
+flush times, and the probe it runs (real writes and flushes in a temp dir)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from storage import flush_probe
-from web.doctor import SLOW_BATCH_US, SLOW_FLUSH_US, disk_finding, judge_disk
+from web.doctor import (
+    FAIL_FREE_BYTES,
+    SLOW_BATCH_US,
+    SLOW_FLUSH_US,
+    WARN_FREE_BYTES,
+    disk_finding,
+    judge_disk,
+    judge_space,
+)
 
 
 def _judge(one: float, scattered: float) -> tuple[str, str, str]:
@@ -56,3 +64,24 @@ def test_a_data_dir_it_cannot_write_is_a_failed_check(tmp_path: Path) -> None:
     f = disk_finding(str(gone))
     assert f.check == "disk flush" and f.verdict == "fail"
     assert "cannot write a scratch file" in f.detail and f.remedy
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(("free", "total", "verdict"), [
+    (200 * GIB, 500 * GIB, "ok"),
+    (WARN_FREE_BYTES, 8 * GIB, "ok"),          # 1 GiB and an eighth of a small disk
+    (WARN_FREE_BYTES - 1, 8 * GIB, "warn"),    # under 1 GiB
+    (40 * GIB, 500 * GIB, "warn"),             # under a tenth of the file system
+    (FAIL_FREE_BYTES, 500 * GIB, "warn"),
+    (FAIL_FREE_BYTES - 1, 500 * GIB, "fail"),  # writes are about to fail
+    (0, 500 * GIB, "fail"),
+])
+def test_free_space_is_judged_with_a_remedy(free: int, total: int, verdict: str) -> None:
+    f = judge_space(free=free, total=total)
+    assert (f.check, f.verdict) == ("disk space", verdict)
+    assert f.detail == f"{free / GIB:.1f} GiB free of {total / GIB:.1f} GiB"
+    assert (f.remedy != "") == (verdict != "ok")
+    if verdict == "fail":
+        assert "every write fails" in f.remedy

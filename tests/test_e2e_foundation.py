@@ -151,6 +151,7 @@ def test_doctor_reports_a_healthy_and_a_missing_data_dir(tmp_path: os.PathLike[s
     checks = {f["check"]: f for f in json.loads(ok.stdout)}
     assert checks["schema"]["verdict"] == "ok" and checks["map space"]["verdict"] == "ok"
     assert checks["bootstrap"]["verdict"] == "ok"
+    assert "GiB free of" in checks["disk space"]["detail"]  # the data dir's file system
     text = _cli(data, "doctor")
     assert "map space" in text.stdout and "webhooks" in text.stdout
     assert "disk flush" not in text.stdout  # only when asked: it writes

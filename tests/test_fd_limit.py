@@ -8,10 +8,9 @@ import resource
 import sys
 from typing import Any
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from tests.server_process import scraped
 from web.fd_limit import MIN_CONNECTIONS, OTHER_FDS, FdPlan, plan
 
 INF = resource.RLIM_INFINITY
@@ -50,12 +49,7 @@ def _limits(pid: int) -> tuple[int, int]:
 
 
 def _connection_cap(url: str) -> float:
-    r = httpx.get(f"{url}/metrics", headers={"authorization": f"Bearer {TOKEN}"})
-    assert r.status_code == 200
-    for family in text_string_to_metric_families(r.text):
-        if family.name == "svc_http_connections_limit":
-            return float(family.samples[0].value)
-    raise AssertionError("no connection limit in the scrape")
+    return scraped(url, TOKEN, "svc_http_connections_limit")
 
 
 def test_a_low_soft_limit_is_raised_at_start(server_factory: Any) -> None:

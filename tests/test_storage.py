@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -16,7 +17,7 @@ from storage.lmdb_store import LmdbStore
 from storage.schema import SCHEMA_VERSION, SchemaTooNew
 from storage.writer import Pending, Writer, after_commit
 from svc_engine.deadlines import Deadline
-from svc_engine.errors import Conflict, StoreFull, ValidationError
+from svc_engine.errors import Conflict, StorageUnavailable, StoreFull, ValidationError
 from svc_engine.idempotency import fingerprint
 from svc_engine.settings import DeferredSettings
 from svc_engine.store import IdemWrite
@@ -420,6 +421,50 @@ async def test_map_full_is_a_clear_error_and_keeps_data(tmp_path: os.PathLike[st
     assert s.meta("before") == b"kept" and s.meta("after") == b"ok"
     assert s.meta("big0") is None
     s.close()
+
+
+async def test_failed_commits_are_503_and_logged_once_a_burst(
+        data_dir: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A commit (here its flush) that fails answers every op of the batch with
+    StorageUnavailable (503 storage_unavailable); the writer goes on; a burst
+    of failures is one traceback, then one line every FAILURE_LOG_S of the
+    injected clock, then one line when commits succeed again.
+    (tests/test_disk_full_e2e.py fills a real disk.)"""
+    store = LmdbStore(data_dir, map_size=64 << 20)
+    db = store.db(b"meta")
+    now = [100.0]
+    failing = [True]
+
+    def sync() -> None:
+        if failing[0]:
+            raise lmdb.Error("mdb_env_sync: Input/output error")
+        store.env.sync(True)
+
+    writer = Writer(store.env, sync=sync, clock=lambda: now[0], inline=True)
+    caplog.set_level(logging.INFO, logger="svc.storage")
+    try:
+        async with trio.open_nursery() as n:
+            await n.start(writer.run)
+            errors = []
+            for i in range(12):  # one a second of the clock
+                with pytest.raises(StorageUnavailable) as e:
+                    await writer.write(lambda txn, i=i: txn.put(b"k%d" % i, b"v", db=db))
+                errors.append(e.value)
+                now[0] += 1.0
+            assert {(x.status, x.code, x.retry_after) for x in errors} == {
+                (503, "storage_unavailable", 5)}
+            assert "Input/output error" in errors[0].message
+            lines = [r for r in caplog.records if r.name == "svc.storage"]
+            assert [r.exc_info is not None for r in lines] == [True, False]
+            assert "a commit failed, so the store takes no writes" in lines[0].getMessage()
+            assert lines[1].getMessage().startswith("10 more commits failed in the last 10 s")
+            assert writer.statistics().failed_commits == 12
+            failing[0] = False
+            await writer.write(lambda txn: txn.put(b"after", b"ok", db=db))
+            assert caplog.records[-1].getMessage() == "commits succeed again, after 12 failed"
+            writer.close()
+    finally:
+        store.close()
 
 
 async def test_backup_is_a_consistent_copy(store: LmdbStore, tmp_path: os.PathLike[str]) -> None:

@@ -4,6 +4,9 @@ Checks, each with a verdict (ok, warn, fail) and a remedy:
 
 - the data dir opens, and its schema version is one this svc knows;
 - how full the LMDB map is (warn from 80 %, fail from 95 %);
+- how much room the data dir's file system has left (warn under 1 GiB or
+  10 % free, fail under 64 MiB: a full disk fails every write with 503
+  ``storage_unavailable`` until it has room again);
 - the server secret exists (it keys network hashes and dashboard CSRF);
 - deadlines: how many, and how many are overdue (overdue ones fire at start);
 - webhook deliveries waiting (Queued, Sending, Retrying) and events in the
@@ -39,6 +42,9 @@ from storage.schema import SCHEMA_VERSION
 
 WARN_FULL = 0.80
 FAIL_FULL = 0.95
+WARN_FREE_BYTES = 1 << 30
+WARN_FREE_SHARE = 0.10
+FAIL_FREE_BYTES = 64 << 20
 WAITING = {"Queued", "Sending", "Retrying"}
 SLOW_FLUSH_US = 1_000  # one page: then an unloaded durable write takes >2 ms
 SLOW_BATCH_US = 5_000  # 32 scattered pages, about one first launch's commit
@@ -73,9 +79,26 @@ def diagnose(path: str, now_ms: int, map_size: int, *, disk: bool = False) -> li
         found = _checks(env, now_ms, map_size)
     finally:
         env.close()
+    fs = os.statvfs(path)
+    found.append(judge_space(free=fs.f_bavail * fs.f_frsize, total=fs.f_blocks * fs.f_frsize))
     if disk:
         found.append(disk_finding(path))
     return found
+
+
+def judge_space(*, free: int, total: int) -> Finding:
+    """The verdict on the data dir's file system: ``free`` bytes this
+    process may still write of ``total``."""
+    detail = f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB"
+    if free < FAIL_FREE_BYTES:
+        return Finding("disk space", "fail", detail,
+                       "free space on this file system now: every write fails until it has "
+                       "room (nothing stored is lost)")
+    if free < WARN_FREE_BYTES or free < WARN_FREE_SHARE * total:
+        return Finding("disk space", "warn", detail,
+                       "free space on this file system, or move the data dir to a larger one "
+                       "(`svc backup` makes the copy)")
+    return Finding("disk space", "ok", detail)
 
 
 def disk_finding(path: str) -> Finding:

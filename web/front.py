@@ -17,7 +17,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from svc_engine.errors import MethodNotAllowed, NotFound, Overloaded, SvcError, Unauthenticated
+from svc_engine.errors import (
+    MethodNotAllowed,
+    NotFound,
+    Overloaded,
+    StorageUnavailable,
+    SvcError,
+    Unauthenticated,
+)
 from web import logs
 from web.api import Api
 from web.auth import RateLimiter
@@ -127,7 +134,9 @@ class Front:
                 return await self.wellknown.handle(req)
             return await self.redirector.handle(req)
         except SvcError as e:
-            if e.status >= 500 and not isinstance(e, Overloaded):
+            # Overloaded is expected under load; StorageUnavailable is logged by
+            # the writer, once a burst (storage/writer.py), not once a request.
+            if e.status >= 500 and not isinstance(e, Overloaded | StorageUnavailable):
                 log.error("%s on %s %s: %s", type(e).__name__, req.method, req.path, e)
             return error_response(e)
         except Exception:

@@ -23,6 +23,7 @@ from svc_engine.errors import (
     PayloadTooLarge,
     RateLimited,
     RequestTimeout,
+    StorageUnavailable,
     SvcError,
     UnsupportedMediaType,
     ValidationError,
@@ -221,6 +222,11 @@ def html_response(status: int, html: str, headers: Iterable[tuple[bytes, bytes]]
                     [(b"content-type", b"text/html; charset=utf-8"), *headers])
 
 
+# What a caller is told when the store cannot write (the cause is in the log).
+STORAGE_UNAVAILABLE = ("the service could not store this request right now; retry it later "
+                       "with the same Idempotency-Key")
+
+
 def error_response(error: SvcError) -> Response:
     """The DESIGN.md error body: {"error": {"code", "message"}} with the status."""
     body: dict[str, Any] = {"code": error.code, "message": error.message}
@@ -233,8 +239,11 @@ def error_response(error: SvcError) -> Response:
         headers.append((b"allow", ", ".join(error.allowed).encode()))
     if error.status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="svc"'))
-    status = error.status if isinstance(error, CallerError | Overloaded) else 500
-    if status == 500:
+    status = error.status if isinstance(error, CallerError | Overloaded
+                                        | StorageUnavailable) else 500
+    if isinstance(error, StorageUnavailable):
+        body = {"code": error.code, "message": STORAGE_UNAVAILABLE}
+    elif status == 500:
         body = {"code": "internal_error", "message": "internal error; it has been logged"}
     return json_response(status, {"error": body}, headers)
 

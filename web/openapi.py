@@ -134,7 +134,8 @@ def op(summary: str, *, key: str | None, body: Schema | None = None, ok: int = 2
         o["requestBody"] = {"required": True,
                             "content": {"application/json": {"schema": body}}}
     parameters = list(params)
-    if write:
+    if write:  # 503 storage_unavailable: the store cannot write now (Retry-After)
+        o["responses"].update(_errors(503))
         parameters.append({"name": "Idempotency-Key", "in": "header", "required": False,
                            "schema": {"type": "string", "minLength": 1, "maxLength": 255}})
     if key == "sdk":

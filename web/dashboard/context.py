@@ -31,7 +31,7 @@ from quart.typing import ResponseReturnValue
 from storage import accounts
 from storage.lmdb_store import LmdbStore
 from svc_engine import csrf
-from svc_engine.errors import CallerError, SvcError
+from svc_engine.errors import CallerError, StorageUnavailable, SvcError
 from svc_engine.keys import Mode
 from svc_engine.records import Organization, Project, Role, User
 from svc_engine.roles import CONTACT_NOTE, Action, allows, who_may
@@ -299,6 +299,10 @@ class Dashboard:
 
     async def svc_error(self, e: SvcError) -> Response:
         viewer = await self.viewer()
+        if isinstance(e, StorageUnavailable):  # logged by the writer (storage/writer.py)
+            return await self.error(viewer, 503, "Not saved",
+                                    "The service could not store this change right now. "
+                                    "Try again in a moment.", retry_after=e.retry_after)
         if not isinstance(e, CallerError):
             log.error("%s on %s %s: %s", type(e).__name__, request.method, request.path, e)
         if isinstance(e, CallerError):

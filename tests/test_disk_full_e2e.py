@@ -1,0 +1,112 @@
+"""A full disk, for real: the server runs with a file-size limit (RLIMIT_FSIZE,
+which the kernel enforces on every write, as it does a full file system), so
+its data file cannot grow past it. Writes then get 503 ``storage_unavailable``
+with ``Retry-After``, reads and redirects go on, the log holds one traceback
+for the burst, and once the limit is lifted writes work again with nothing
+lost, across a restart too."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.server_process import ServerProcess, scraped
+from web.http import STORAGE_UNAVAILABLE
+
+pytestmark = pytest.mark.e2e
+
+TOKEN = "scrape-token-0123456789"
+LIMIT = 12 << 20  # bytes any file of the server may reach; the store starts near 2 MiB
+INF = resource.RLIM_INFINITY
+
+
+def _file_size_limited(limit: int) -> tuple[str, ...]:
+    """A command prefix that starts the server with a soft file-size limit (the
+    hard one stays unlimited, so the test can lift it). Python ignores
+    SIGXFSZ, so a write past the limit fails with EFBIG instead of killing."""
+    script = ("import os, resource, sys; "
+              f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, resource.RLIM_INFINITY)); "
+              "os.execv(sys.argv[1], sys.argv[1:])")
+    return (sys.executable, "-c", script)
+
+
+def _events(n: int) -> list[dict[str, Any]]:
+    return [{"id": str(uuid.uuid4()), "name": "purchase", "occurredAt": "2026-11-27T06:00:00Z",
+             "properties": {"note": "x" * 400}} for _ in range(n)]
+
+
+def test_a_full_disk_refuses_writes_with_503_and_loses_nothing(
+        server_factory: type[ServerProcess]) -> None:
+    srv = server_factory(env={"SVC_METRICS_TOKEN": TOKEN, "SVC_RATE_LIMIT_PER_KEY": "0",
+                              "SVC_RATE_LIMIT_PER_CLIENT": "0"},
+                         wrap=_file_size_limited(LIMIT)).start()
+    assert srv.proc is not None
+    install = str(uuid.uuid4())
+    with srv.client("pk_test") as sdk, srv.client("sk_test") as server:
+        link = server.post("/v1/links", json={"path": "/before", "slug": "before"},
+                           headers={"idempotency-key": "link-before"})
+        assert link.status_code == 201
+        assert sdk.post("/v1/sdk/init", headers={"idempotency-key": "init-1"}, json={
+            "installId": install, "isFirstLaunch": True, "sdkVersion": "1.0.0",
+            "platform": "android"}).status_code == 200
+
+        accepted = 0
+        refused = None
+        for i in range(200):  # ~50 KB a batch: the limit is reached well before the end
+            body = {"installId": install, "events": _events(100)}
+            r = sdk.post("/v1/sdk/events", headers={"idempotency-key": f"fill-{i}"}, json=body)
+            if r.status_code != 200:
+                refused = (i, r, body)
+                break
+            accepted += r.json()["accepted"]
+        assert refused is not None, "the data file never reached its size limit"
+        i, r, body = refused
+        assert accepted > 0
+        assert r.status_code == 503, r.text
+        assert r.headers["retry-after"] == "5"
+        assert r.json() == {"error": {"code": "storage_unavailable",
+                                      "message": STORAGE_UNAVAILABLE}}
+
+        # more writes that need room are refused the same way (a small one may
+        # still fit in pages the store freed); reads and redirects go on
+        for j in range(20):
+            again = sdk.post("/v1/sdk/events", headers={"idempotency-key": f"during-{j}"},
+                             json={"installId": install, "events": _events(100)})
+            assert again.status_code == 503, again.text
+        assert server.get(f"/v1/links/{link.json()['id']}").status_code == 200
+        redirect = httpx.get(f"{srv.url}/before", follow_redirects=False)
+        assert redirect.status_code in (200, 302), redirect.status_code
+        assert scraped(srv.url, TOKEN, "svc_store_failed_commits") >= 21
+        logs = srv.logs()
+        assert logs.count("a commit failed, so the store takes no writes") == 1
+        assert logs.count("Traceback") == 1  # one for the burst, not one a request
+
+        # room again: the SDK's retry of the refused batch (same key, same
+        # events) is stored whole: the refusal had stored none of it
+        resource.prlimit(srv.proc.pid, resource.RLIMIT_FSIZE, (INF, INF))
+        retry = sdk.post("/v1/sdk/events", headers={"idempotency-key": f"fill-{i}"}, json=body)
+        assert retry.status_code == 200, retry.text
+        assert retry.json() == {"accepted": 100, "duplicates": 0}
+        after = server.post("/v1/links", json={"path": "/after", "slug": "after"},
+                            headers={"idempotency-key": "link-after"})
+        assert after.status_code == 201, after.text
+        assert "commits succeed again" in srv.logs()
+
+    assert srv.stop() == 0
+    again = server_factory(srv.data_dir, env={"SVC_METRICS_TOKEN": TOKEN},
+                           bootstrap=False).start()
+    again.info = srv.info
+    with again.client("sk_test") as server:
+        for slug in ("before", "after"):
+            r = server.get("/v1/links", params={"q": slug})
+            assert r.status_code == 200
+            assert any(x["slug"] == slug for x in r.json()["data"]), (slug, r.text[:300])
+    with again.client("pk_test") as sdk:  # the retry's answer was kept, byte for byte
+        replay = sdk.post("/v1/sdk/events", headers={"idempotency-key": f"fill-{i}"}, json=body)
+        assert replay.status_code == 200
+        assert replay.content == retry.content
