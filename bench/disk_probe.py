@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bench.results import FlushProbe
 from storage.flush_probe import BATCH_PAGES as BATCH_PAGES  # the goals table names it
-from storage.flush_probe import measure, nearest_rank
+from storage.flush_probe import measure
 
 PROBE_FLUSHES = 200
 BATCH_FLUSHES = 40
@@ -39,8 +39,7 @@ def probe_flushes(directory: Path, *, count: int = PROBE_FLUSHES,
     then ``batches`` times ``BATCH_PAGES`` pages at scattered offsets and as
     many side by side, each batch made durable by one ``fdatasync``."""
     directory.mkdir(parents=True, exist_ok=True)
-    took = measure(str(directory), singles=count, batches=batches)
-    return FlushProbe(count=count, p50_us=nearest_rank(took.single, 0.5) * 1e6,
-                      p99_us=nearest_rank(took.single, 0.99) * 1e6, batch_pages=BATCH_PAGES,
-                      scattered_p50_us=nearest_rank(took.scattered, 0.5) * 1e6,
-                      adjacent_p50_us=nearest_rank(took.adjacent, 0.5) * 1e6)
+    took = measure(str(directory), singles=count, batches=batches).summary()
+    return FlushProbe(count=count, p50_us=took.one_p50_us, p99_us=took.one_p99_us,
+                      batch_pages=took.batch_pages, scattered_p50_us=took.scattered_p50_us,
+                      adjacent_p50_us=took.adjacent_p50_us)

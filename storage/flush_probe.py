@@ -41,6 +41,26 @@ class FlushTimes:
     adjacent: tuple[float, ...]
     batch_pages: int
 
+    def summary(self) -> FlushSummary:
+        return FlushSummary(one_p50_us=nearest_rank(self.single, 0.5) * 1e6,
+                            one_p99_us=nearest_rank(self.single, 0.99) * 1e6,
+                            scattered_p50_us=nearest_rank(self.scattered, 0.5) * 1e6,
+                            adjacent_p50_us=nearest_rank(self.adjacent, 0.5) * 1e6,
+                            batch_pages=self.batch_pages)
+
+
+@attrs.frozen
+class FlushSummary:
+    """What the doctor and the bench report of a measurement, in µs: one page
+    a flush (p50, p99), and ``batch_pages`` a flush scattered and side by side
+    (p50)."""
+
+    one_p50_us: float
+    one_p99_us: float
+    scattered_p50_us: float
+    adjacent_p50_us: float
+    batch_pages: int
+
 
 def measure(directory: str, *, singles: int, batches: int, batch_pages: int = BATCH_PAGES,
             seed: int = 8) -> FlushTimes:

@@ -38,7 +38,8 @@ def test_a_probe_times_real_flushes_and_leaves_nothing_behind(tmp_path: Path) ->
     assert list(where.iterdir()) == []
 
 
-def test_a_batch_writes_its_pages_adjacent_ones_in_one_write(tmp_path: Path) -> None:
+def test_a_batch_writes_its_pages_adjacent_ones_in_one_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
     from storage.flush_probe import PAGE, write_and_flush
@@ -53,11 +54,9 @@ def test_a_batch_writes_its_pages_adjacent_ones_in_one_write(tmp_path: Path) -> 
             writes.append((offset // PAGE, len(data) // PAGE))
             return real(fd_, data, offset)
 
-        os.pwrite = spy  # type: ignore[assignment]
-        try:
+        with monkeypatch.context() as patched:
+            patched.setattr(os, "pwrite", spy)
             assert write_and_flush(fd, b"x" * PAGE, [1, 2, 3, 5, 7]) > 0
-        finally:
-            os.pwrite = real
         assert writes == [(1, 3), (5, 1), (7, 1)]
         assert os.pread(fd, PAGE * 8, 0) == b"".join(
             (b"x" if n in (1, 2, 3, 5, 7) else b"\0") * PAGE for n in range(8))

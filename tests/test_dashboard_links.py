@@ -5,6 +5,7 @@ analytics charts; and the form translation of web/dashboard/link_form.py."""
 from __future__ import annotations
 
 import io
+import logging
 import re
 import uuid
 from typing import Any
@@ -124,6 +125,28 @@ async def test_create_with_every_field_matches_the_api(app: App) -> None:
     for text in ('value="/product/42"', 'value="shoes, q2"', 'value="2099-01-31T12:30"',
                  'value="discount"', 'value="0.5"', '<option value="true" selected>'):
         assert text in edit.text
+    await m.aclose()
+
+
+async def test_a_store_that_cannot_write_shows_not_saved_with_retry_after(
+        app: App, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The store's flush fails (a full or failing disk; injected on the real
+    store's writer): the form's answer is 503 "Not saved" with Retry-After,
+    and the request logs no error line of its own (the writer logs the burst)."""
+    import lmdb
+
+    def failing() -> None:
+        raise lmdb.Error("mdb_env_sync: Input/output error")
+
+    m = await signed_in(app, owner(app))
+    monkeypatch.setattr(app.services.store.writer, "_sync", failing)
+    caplog.set_level(logging.INFO)
+    r = await post_form(m, "/dashboard/links/new", [("path", "/p/1"), ("slug", "not-saved")])
+    assert r.status_code == 503
+    assert r.headers["retry-after"] == "5"
+    assert "Not saved" in r.text and "could not store this change" in r.text
+    errors = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].startswith("a commit failed, so the store takes")
     await m.aclose()
 
 

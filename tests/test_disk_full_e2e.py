@@ -85,6 +85,7 @@ def test_a_full_disk_refuses_writes_with_503_and_loses_nothing(
         logs = srv.logs()
         assert logs.count("a commit failed, so the store takes no writes") == 1
         assert logs.count("Traceback") == 1  # one for the burst, not one a request
+        assert "StorageUnavailable on" not in logs  # and no error line a request
 
         # room again: the SDK's retry of the refused batch (same key, same
         # events) is stored whole: the refusal had stored none of it

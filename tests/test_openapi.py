@@ -81,6 +81,12 @@ def test_document_is_openapi_3_1(fuzz_server: ServerProcess) -> None:
                 assert any(p["name"] == params and p["in"] == "path"
                            for p in op.get("parameters", [])), (path, params)
     assert set(PATHS) <= set(doc["paths"])
+    # a write (it takes an Idempotency-Key) may be refused with 503
+    # storage_unavailable when the store cannot commit (a full disk)
+    writes = [op for ops in doc["paths"].values() for op in ops.values()
+              if any(p["name"] == "Idempotency-Key" for p in op.get("parameters", []))]
+    assert len(writes) >= 10
+    assert all("503" in op["responses"] for op in writes)
 
 
 # Every operation, from the document itself (no server needed to collect).

@@ -108,10 +108,7 @@ def disk_finding(path: str) -> Finding:
     except OSError as e:
         return Finding("disk flush", "fail", f"cannot write a scratch file in {path}: {e}",
                        "check the data dir's permissions and free space")
-    p = flush_probe.nearest_rank
-    return judge_disk(one_p50_us=p(took.single, 0.5) * 1e6, one_p99_us=p(took.single, 0.99) * 1e6,
-                      scattered_p50_us=p(took.scattered, 0.5) * 1e6,
-                      adjacent_p50_us=p(took.adjacent, 0.5) * 1e6, batch_pages=took.batch_pages)
+    return judge_disk(**attrs.asdict(took.summary()))
 
 
 def judge_disk(*, one_p50_us: float, one_p99_us: float, scattered_p50_us: float,
