@@ -159,6 +159,10 @@ async def _serve_http(front: Front, config: Config, stop: trio.Event, *,
 
 
 def run(config: Config, *, bootstrap: bool = False) -> None:
+    # The handlers only say why; the exit is raised after the try. Raised in an
+    # ``except*`` block, Python 3.11.0-3.11.3 wrap it in an exception group
+    # (gh-103590), which prints a traceback under the one line.
+    refused = False
     try:
         with contextlib.suppress(KeyboardInterrupt):
             trio.run(lambda: serve(config, bootstrap=bootstrap))
@@ -168,8 +172,10 @@ def run(config: Config, *, bootstrap: bool = False) -> None:
             failed = failed.exceptions[0]
         print(f"svc: {failed} (is another svc running? SVC_PORT or --port "
               "choose another port)", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
+        refused = True
     except* serve_lock.DataDirBusy as group:
         print(f"svc: {group.exceptions[0]}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
+        refused = True
+    if refused:
+        raise SystemExit(1)
     sys.stdout.flush()
