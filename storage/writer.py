@@ -15,6 +15,8 @@ writer goes on, and the next batch commits once the cause is gone. Such
 failures come in bursts (every write fails until the disk has room), so
 they are logged once with the traceback and then as one line a
 ``FAILURE_LOG_S`` with how many commits failed since (:class:`FailureLog`).
+An op whose own writes find the map full fails alone (``StoreFull``, also
+503) and counts in the same burst.
 
 Ops rarely raise, so a batch first runs every op directly in that
 transaction. Only when an op raises is that attempt aborted and the batch
@@ -129,7 +131,7 @@ class WriterStats:
     batches: int = 0
     ops: int = 0
     failed_ops: int = 0
-    failed_commits: int = 0  # batches whose commit or flush failed (StorageUnavailable)
+    failed_commits: int = 0  # commits (or an op's write) the store refused: StorageUnavailable
     largest_batch: int = 0
     queued: int = 0
 
@@ -272,16 +274,31 @@ class Writer:
                 done = self._run(batch, isolated=False)
             except _OpRaised:
                 done = self._run(batch, isolated=True)
+                if any(isinstance(error, StorageUnavailable) for _, error in done[0]):
+                    return done  # a write found the map full: the burst goes on
         except lmdb.MapFullError as e:
-            self._failures.failed(e, "the LMDB map is full: raise SVC_MAP_SIZE and restart "
-                                     "(see README)")
-            return self._all_failed(batch, StoreFull(_MAP_FULL))
+            return self._all_failed(batch, self._map_full(e))
         except lmdb.Error as e:
             self._failures.failed(e, "is the data dir's disk full or failing? Writes work "
                                      "again once it has room (`svc doctor --data DIR`)")
             return self._all_failed(batch, StorageUnavailable(f"storage error: {e}"))
         self._failures.succeeded()
         return done
+
+    def _map_full(self, e: lmdb.MapFullError) -> StoreFull:
+        """A commit, or one op's write, found the map full: logged as part of
+        the burst (one traceback, not one a write)."""
+        self._failures.failed(e, "the LMDB map is full: raise SVC_MAP_SIZE and restart "
+                                 "(see README)")
+        return StoreFull(_MAP_FULL)
+
+    def _op_error(self, e: BaseException) -> BaseException:
+        """What the caller of an op that raised gets."""
+        if isinstance(e, lmdb.MapFullError):
+            return self._map_full(e)
+        if isinstance(e, Exception) and not isinstance(e, SvcError):
+            log.error("write op failed", exc_info=e)
+        return e
 
     @staticmethod
     def _all_failed(batch: list[Pending[Any]],
@@ -316,7 +333,7 @@ class Writer:
                         child.abort()
                         counter_batch.drop_op()
                         after.drop_op()
-                        outcomes.append((None, _as_store_error(e)))
+                        outcomes.append((None, self._op_error(e)))
                     else:
                         child.commit()
                         counter_batch.keep_op()
@@ -365,14 +382,3 @@ def after_commit(fn: Callable[[], None]) -> None:
 
 class _OpRaised(Exception):
     """An op raised during a batch's first attempt (its cause is the error)."""
-
-
-def _as_store_error(e: BaseException) -> BaseException:
-    if isinstance(e, lmdb.MapFullError):
-        log.error("LMDB map is full: raise SVC_MAP_SIZE and restart (see README)")
-        return StoreFull(_MAP_FULL)
-    if isinstance(e, SvcError | Exception):
-        if not isinstance(e, SvcError):
-            log.error("write op failed", exc_info=e)
-        return e
-    return e

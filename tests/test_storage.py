@@ -400,10 +400,14 @@ async def test_duplicate_creation_is_a_conflict(store: LmdbStore) -> None:
     assert store.get_org(org.id) == org
 
 
-async def test_map_full_is_a_clear_error_and_keeps_data(tmp_path: os.PathLike[str]) -> None:
+async def test_map_full_is_a_clear_error_and_keeps_data(
+        tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture) -> None:
+    """An op that finds the map full gets StoreFull (503 storage_unavailable);
+    a burst of them is one traceback in the log, as failed commits are."""
     path = os.path.join(str(tmp_path), "small")
     s = LmdbStore(path, map_size=1 << 20)
     db = s.db(b"meta")
+    caplog.set_level(logging.INFO, logger="svc.storage")
     async with trio.open_nursery() as n:
         await n.start(s.writer.run)
         await s.write(lambda txn: txn.put(b"before", b"kept", db=db))
@@ -412,11 +416,18 @@ async def test_map_full_is_a_clear_error_and_keeps_data(tmp_path: os.PathLike[st
             for i in range(10_000):
                 txn.put(f"big{i}".encode(), b"x" * 512, db=db)
 
-        with pytest.raises(StoreFull) as e:
-            await s.write(huge)
-        assert "SVC_MAP_SIZE" in str(e.value)
+        for _ in range(3):
+            with pytest.raises(StoreFull) as e:
+                await s.write(huge)
+            assert "SVC_MAP_SIZE" in str(e.value)
+            assert (e.value.status, e.value.code) == (503, "storage_unavailable")
+        lines = [r for r in caplog.records if r.name == "svc.storage"]
+        assert len(lines) == 1 and lines[0].exc_info is not None
+        assert "raise SVC_MAP_SIZE" in lines[0].getMessage()
+        assert s.writer.statistics().failed_commits == 3
         # The store still works for small writes and lost nothing.
         await s.write(lambda txn: txn.put(b"after", b"ok", db=db))
+        assert caplog.records[-1].getMessage() == "commits succeed again, after 3 failed"
         s.writer.close()
     assert s.meta("before") == b"kept" and s.meta("after") == b"ok"
     assert s.meta("big0") is None

@@ -52,8 +52,9 @@ def store_metrics(store: LmdbStore) -> Collector:
             counter("svc_store_failed_writes_total",
                     "Write operations that failed (the caller got the error).", w.failed_ops),
             counter("svc_store_failed_commits_total",
-                    "Group commits that failed (a full disk or map, a failing device): "
-                    "their writes were answered 503 storage_unavailable.", w.failed_commits),
+                    "Group commits (or one write in them) the store could not write: a "
+                    "full disk or map, a failing device; answered 503 storage_unavailable.",
+                    w.failed_commits),
             gauge("svc_store_write_queue", "Write operations waiting for the writer.", w.queued),
             gauge("svc_store_map_size_bytes", "LMDB map size (SVC_MAP_SIZE).",
                   space["map_size"]),
