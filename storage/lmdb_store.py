@@ -21,8 +21,9 @@ from storage.decode_cache import DecodeCache
 from storage.file_ahead import FileAhead
 from storage.schema import migrate
 from storage.writer import Op, Pending, Writer, after_commit
+from svc_engine.config import DEFAULT_MAP_SIZE
 from svc_engine.deadlines import Deadline
-from svc_engine.errors import Conflict, NotFound
+from svc_engine.errors import Conflict, MapUnavailable, NotFound
 from svc_engine.idempotency import StoredResponse
 from svc_engine.keys import ApiKey
 from svc_engine.outbox import OutboxEvent
@@ -31,25 +32,30 @@ from svc_engine.records import Membership, Organization, Project, User, normaliz
 from svc_engine.settings import DeferredSettings
 from svc_engine.store import IdemWrite, Store
 
-DEFAULT_MAP_SIZE = 8 << 30
-
 
 class LmdbStore:
     def __init__(self, path: str, *, map_size: int = DEFAULT_MAP_SIZE, readonly: bool = False,
                  inline_commit: bool = False):
         os.makedirs(path, exist_ok=True)
         self.path = path
-        self.env = lmdb.open(
-            path,
-            map_size=map_size,
-            max_dbs=len(layout.DATABASES) + 16,
-            subdir=True,
-            sync=True,
-            metasync=False,  # the writer syncs what must be durable: see writer.py
-            readahead=False,
-            max_readers=512,
-            readonly=readonly,
-        )
+        try:
+            self.env = lmdb.open(
+                path,
+                map_size=map_size,
+                max_dbs=len(layout.DATABASES) + 16,
+                subdir=True,
+                sync=True,
+                metasync=False,  # the writer syncs what must be durable: see writer.py
+                readahead=False,
+                max_readers=512,
+                readonly=readonly,
+            )
+        except lmdb.MemoryError as e:  # ENOMEM from mmap: not the machine's memory
+            raise MapUnavailable(
+                f"cannot map the store in {path}: SVC_MAP_SIZE asks for {_size_text(map_size)} of "
+                "address space, more than this process may have (its limit, ulimit -v, or "
+                "the machine's); raise the limit or set a smaller SVC_MAP_SIZE (the map is "
+                "address space only: the file grows as the store does)") from e
         self._db: dict[bytes, Any] = {}
         self._ahead = None if readonly else FileAhead.open(self.env)
         if readonly:
@@ -535,3 +541,9 @@ def prefix_keys(txn: lmdb.Transaction, db: Any, prefix: bytes, *,
             return
         yield key
         ok = cur.prev() if reverse else cur.next()
+
+
+def _size_text(n: int) -> str:
+    unit, name = next((u, s) for u, s in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (1, "B"))
+                      if n >= u or u == 1)
+    return f"{n / unit:,.0f} {name}" if n % unit == 0 else f"{n / unit:,.1f} {name}"

@@ -32,7 +32,9 @@ three branches, and which branch an error is on decides who sees it::
         ├── StorageUnavailable     503 storage_unavailable: a commit or its flush
         │   │                      failed (a full disk, a failing device): retry
         │   │                      later, same Idempotency-Key (carries retry_after)
-        │   └── StoreFull              the LMDB map is full (see README: SVC_MAP_SIZE)
+        │   ├── StoreFull              the LMDB map is full (see README: SVC_MAP_SIZE)
+        │   └── MapUnavailable         the map (SVC_MAP_SIZE) cannot be reserved at
+        │                              open: a command refuses to start, saying why
         ├── Overloaded             503 overloaded: admission limit reached
         └── ActorFailed            the owning actor crashed while serving the request
 
@@ -212,6 +214,12 @@ class StorageUnavailable(InternalError):
 
 class StoreFull(StorageUnavailable):
     """The LMDB map is full. Remedy: raise SVC_MAP_SIZE and restart."""
+
+
+class MapUnavailable(StorageUnavailable):
+    """The store could not be opened: the process cannot reserve address
+    space for its map (SVC_MAP_SIZE), usually under a lower ``ulimit -v``.
+    Raised before anything is served, never to a request."""
 
 
 class Overloaded(InternalError):

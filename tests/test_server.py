@@ -5,6 +5,7 @@ application failures, malformed requests, the connection cap, TLS, timeouts
 
 from __future__ import annotations
 
+import os
 import ssl
 from typing import Any
 
@@ -584,6 +585,36 @@ def test_the_service_says_so_when_its_port_is_taken(tmp_path: Any) -> None:
     assert done.returncode == 1
     assert f"svc: cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_service_says_so_when_it_cannot_map_its_store(tmp_path: Any) -> None:
+    """The default map (256 GiB of address space) under an address-space
+    limit of 8 GiB: one line naming the setting, no traceback, exit 1; the
+    data dir (LMDB wrote its two meta pages before the map failed) opens
+    afterwards within the limit."""
+    import resource
+    import subprocess
+    import sys
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+    env = {k: v for k, v in os.environ.items() if k != "SVC_MAP_SIZE"}
+    done = subprocess.run(
+        [sys.executable, "-m", "web.cli", "serve", "--port", "0", "--data",
+         str(tmp_path / "data")], capture_output=True, text=True, timeout=60,
+        preexec_fn=limited, env=env)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("svc: cannot map the store in "), lines
+    assert "SVC_MAP_SIZE asks for 256 GiB" in lines[0] and "ulimit -v" in lines[0]
+    from storage.lmdb_store import LmdbStore
+
+    store = LmdbStore(str(tmp_path / "data"), map_size=64 << 20)
+    try:
+        assert store.meta("schema_version") is not None
+    finally:
+        store.close()
 
 
 async def test_requests_h11_parses_and_common_ones_alternate_on_one_connection(

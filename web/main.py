@@ -30,6 +30,7 @@ import trio
 from actors.clock import Clock, SystemClock
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
+from svc_engine.errors import MapUnavailable
 from web import fd_limit, logs, serve_lock, tenancy, useragent
 from web.assembly import build_front, start_services
 from web.front import Front
@@ -173,7 +174,7 @@ def run(config: Config, *, bootstrap: bool = False) -> None:
         print(f"svc: {failed} (is another svc running? SVC_PORT or --port "
               "choose another port)", file=sys.stderr, flush=True)
         refused = True
-    except* serve_lock.DataDirBusy as group:
+    except* (serve_lock.DataDirBusy, MapUnavailable) as group:
         print(f"svc: {group.exceptions[0]}", file=sys.stderr, flush=True)
         refused = True
     if refused:
