@@ -204,7 +204,7 @@ class AttributionStore:
             if is_first_launch:
                 found = self.click_window.candidates(txn, project_id, launch, settings,
                                                      net_hash, now_ms)
-                token = self._token(txn, launch.referrer_token)
+                token = self.project_token(txn, launch.referrer_token, project_id)
                 decision = decide_from_candidates(
                     launch, token=token,
                     network=found.network, cohort=found.cohort, settings=settings,
@@ -230,9 +230,23 @@ class AttributionStore:
 
         return op
 
-    def _token(self, txn: lmdb.Transaction, token: str | None) -> Token | None:
-        raw = txn.get(token.encode(), db=self._db[b"tokens"]) if token is not None else None
-        return decode(Token, bytes(raw)) if raw is not None else None
+    def project_token(self, txn: lmdb.Transaction, text: str | None,
+                      project_id: str) -> Token | None:
+        """The stored token ``text``, when a link of ``project_id`` issued it.
+
+        Tokens are keyed by their text alone, and a token names its link, not
+        its project: another project's token is unknown here (None), so a
+        project can neither take another's link nor use up its token. The
+        link is read whether or not it was deleted since (it still names its
+        project)."""
+        raw = txn.get(text.encode(), db=self._db[b"tokens"]) if text is not None else None
+        if raw is None:
+            return None
+        token = decode(Token, bytes(raw))
+        link = txn.get(layout.uid(token.link_id), db=self._db[b"links"])
+        if link is None or self.store.cache.decode(Link, bytes(link)).project_id != project_id:
+            return None
+        return token
 
     def _count_install(self, txn: lmdb.Transaction, install: Install, event_id: str,
                        now_ms: int) -> None:

@@ -20,7 +20,7 @@ from storage import install_rows, layout
 from storage.codec import decode, encode
 from storage.lmdb_store import LmdbStore
 from storage.writer import Op
-from svc_engine.attribution import Token, TokenState, token_state
+from svc_engine.attribution import TokenState, token_state
 from svc_engine.errors import InstallNotRegistered, NotFound, ValidationError
 from svc_engine.handoffs import Handoff, pick_handoff
 from svc_engine.installs import Confidence, InstallAttribution, Method
@@ -65,8 +65,7 @@ class HandoffsStore:
         def op(txn: lmdb.Transaction) -> Handoff:
             nonlocal handoff
             if svc_token is not None:
-                raw = txn.get(svc_token.encode(), db=db[b"tokens"])
-                token = decode(Token, bytes(raw)) if raw is not None else None
+                token = self.opens.project_token(txn, svc_token, project_id)
                 if (token is None or token.mode is not handoff.mode
                         or token_state(token, handoff.created_at_ms) is not TokenState.VALID):
                     raise ValidationError("svcToken is unknown, already used or expired",

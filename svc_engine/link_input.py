@@ -87,13 +87,17 @@ def is_valid_custom_slug(slug: str) -> bool:
 # -- times -------------------------------------------------------------------------
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+LAST_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z, the last time a record can be written back in
+ISO 8601 (``iso_utc``); a time in year 9999 with a negative offset is later."""
 
 
 def parse_iso_ms(text: str) -> int | None:
     """ISO 8601 date-time with a zone offset (or ``Z``) to epoch milliseconds.
 
     None for anything else, including a time without an offset: a local time is
-    ambiguous, and guessing UTC would silently shift the expiry.
+    ambiguous, and guessing UTC would silently shift the expiry. None too for a
+    time before 1970 or after :data:`LAST_MS` in UTC.
     """
     try:
         dt = datetime.fromisoformat(text)
@@ -102,7 +106,8 @@ def parse_iso_ms(text: str) -> int | None:
     if dt.utcoffset() is None:
         return None
     delta = dt - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    ms = (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    return ms if 0 <= ms <= LAST_MS else None
 
 
 # -- URLs and domains --------------------------------------------------------------

@@ -34,6 +34,7 @@ import attrs
 from svc_engine.decode import RecordError, opt_int, opt_str, req_bool, req_int, req_str
 from svc_engine.keys import Mode, base62
 from svc_engine.link_input import (
+    LAST_MS,
     RESERVED_SLUGS,
     LinkDraft,
     LinkPatch,
@@ -48,7 +49,7 @@ from svc_engine.link_input import (
 )
 
 __all__ = [
-    "RESERVED_SLUGS", "Link", "LinkDraft", "LinkPatch", "ParamValue", "apply_link_patch",
+    "LAST_MS", "RESERVED_SLUGS", "Link", "LinkDraft", "LinkPatch", "ParamValue", "apply_link_patch",
     "check_destination_url", "default_domain", "is_reserved_slug", "is_valid_custom_slug",
     "iso_utc", "new_link", "new_slug", "normalize_domain", "parse_iso_ms", "parse_link_create",
     "parse_link_update", "resolved_link_json", "short_url",
@@ -74,7 +75,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def iso_utc(ms: int) -> str:
-    """Milliseconds since the epoch as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+    """Milliseconds since the epoch as ``YYYY-MM-DDTHH:MM:SS.mmmZ``; a time
+    past year 9999 (an expiry stored before input was bounded by
+    :data:`LAST_MS`) as the last one there is, so reading it cannot fail."""
+    ms = min(ms, LAST_MS)
     return f"{_iso_second(ms // 1000)}.{ms % 1000:03d}Z"
 
 

@@ -244,6 +244,48 @@ async def test_web_fallback_token_becomes_a_handoff(app: App) -> None:
     assert again.status_code == 400  # single use
 
 
+async def other_project(app: App, **settings: object) -> dict[str, str]:
+    """A second project of the same organization, set up like the first; its keys."""
+    from web import tenancy
+
+    _, keys = await tenancy.create_project(app.services.store, app.org_id, "Other",
+                                           app.services.random, 1)
+    async with app.client(keys["sk_test"]) as c:
+        assert (await c.patch("/v1/platforms", json=PLATFORMS)).status_code == 200
+        if settings:
+            assert (await c.patch("/v1/deferred/settings", json=settings)).status_code == 200
+    return keys
+
+
+async def test_a_token_works_only_in_the_project_that_issued_it(app: App) -> None:
+    """Another project's first launch with this project's install referrer
+    gets no link and leaves the token unused for its own project's launch."""
+    await setup(app)
+    keys = await other_project(app)
+    ln = await link(app, params={"ref": "private"})
+    referrer = referrer_from_location(await tap(app, ln["slug"], ANDROID_UA))
+    async with app.client(keys["pk_test"], **SDK) as c:
+        r = await c.post("/v1/sdk/init",
+                         json=init_body(new_install(), "android", referrer=referrer))
+    assert r.status_code == 200 and r.json() == {"link": None}
+    status, body = await init(app, init_body(new_install(), "android", referrer=referrer))
+    assert status == 200 and body["link"]["linkId"] == ln["id"]  # type: ignore[index]
+
+
+async def test_a_web_fallback_token_makes_a_handoff_only_in_its_project(app: App) -> None:
+    await setup(app, webFallbackTokens=True)
+    keys = await other_project(app, webFallbackTokens=True)
+    ln = await link(app, webFallbackUrl="https://shop.example/landing")
+    location = await tap(app, ln["slug"], "Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0")
+    token = location.split("svc_token=")[1]
+    async with app.client(keys["sk_test"]) as c:
+        theirs = await c.post("/v1/handoffs", json={"svcToken": token, "userId": "user-1"})
+    assert theirs.status_code == 400 and theirs.json()["error"]["field"] == "svcToken"
+    async with app.client("sk_test") as c:
+        mine = await c.post("/v1/handoffs", json={"svcToken": token, "userId": "user-1"})
+    assert mine.status_code == 201 and mine.json()["linkId"] == ln["id"]
+
+
 async def test_probabilistic_cohort_match_and_conflict(app: App) -> None:
     await setup(app, probabilisticMatching=True)
     a, b = await link(app, "/a"), await link(app, "/b")

@@ -266,6 +266,8 @@ BAD_BODIES: list[tuple[object, str | None]] = [
     ({"expiresAt": iso_utc(NOW)}, "expiresAt"),
     ({"expiresAt": "2030-01-31T12:00:00"}, "expiresAt"),
     ({"expiresAt": 1_900_000_000_000}, "expiresAt"),
+    ({"expiresAt": "9999-12-31T23:59:59-23:59"}, "expiresAt"),  # past year 9999 in UTC
+    ({"expiresAt": "9999-12-31T23:59:59.999-00:01"}, "expiresAt"),
     ({"webFallbackUrl": 5}, "webFallbackUrl"),
     ({"slug": "summer"}, "slug"),
 ]

@@ -20,6 +20,30 @@ async def test_sdk_create_link_random_slug_default_domain(app: App) -> None:
     assert body["mode"] == "test" and body["createdAt"].endswith("Z")
 
 
+async def test_an_expiry_past_year_9999_in_utc_is_refused_and_stores_nothing(
+        app: App) -> None:
+    """A year-9999 time with a negative offset is later than any ISO 8601 UTC
+    time: 400, with or without an Idempotency-Key, and the listing still works."""
+    late = {"path": "/p", "expiresAt": "9999-12-31T23:59:59-23:59"}
+    async with app.client("sk_test") as c:
+        for headers in ({}, {"idempotency-key": "k-late-expiry"}):
+            r = await c.post("/v1/links", json=late, headers=headers)
+            assert r.status_code == 400 and r.json()["error"]["field"] == "expiresAt", r.text
+        last = await c.post("/v1/links", json={"path": "/p",
+                                               "expiresAt": "9999-12-31T23:59:59.999Z"})
+        assert last.status_code == 201 and last.json()["expiresAt"] == "9999-12-31T23:59:59.999Z"
+        listed = await c.get("/v1/links")
+    assert listed.status_code == 200 and [x["id"] for x in listed.json()["data"]] == [
+        last.json()["id"]]
+
+
+def test_a_stored_expiry_past_year_9999_reads_as_the_last_time() -> None:
+    """Links stored before the bound (a negative offset let one past it) read
+    back instead of failing every listing."""
+    from svc_engine.links import LAST_MS, iso_utc
+    assert iso_utc(LAST_MS + 86_400_000) == "9999-12-31T23:59:59.999Z"
+
+
 @pytest.mark.parametrize(("body", "code", "field"), [
     ({"path": "no-slash"}, "validation_error", "path"),
     ({"params": {"x": [1]}}, "validation_error", None),
