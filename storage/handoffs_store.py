@@ -20,7 +20,7 @@ from storage import install_rows, layout
 from storage.codec import decode, encode
 from storage.lmdb_store import LmdbStore
 from storage.writer import Op
-from svc_engine.attribution import TokenState, token_state
+from svc_engine.attribution import Token, TokenState, token_state
 from svc_engine.errors import InstallNotRegistered, NotFound, ValidationError
 from svc_engine.handoffs import Handoff, pick_handoff
 from svc_engine.installs import Confidence, InstallAttribution, Method
@@ -36,9 +36,12 @@ class ClaimResult:
 
 
 class OpenRecorder(Protocol):
-    """What a claim needs of the attribution store, inside the claim's transaction."""
+    """What a handoff needs of the attribution store, inside its transaction."""
 
     def live_link(self, txn: lmdb.Transaction, link_id: str) -> Link | None: ...
+
+    def project_token(self, txn: lmdb.Transaction, text: str | None,
+                      project_id: str) -> Token | None: ...
 
     def record_open(self, txn: lmdb.Transaction, project_id: str, mode: Mode, link: Link,
                     install_id: str, platform: str, method: Method, is_deferred: bool,

@@ -176,6 +176,32 @@ async def test_resolve_universal_and_app_links_and_unknown(app: App) -> None:
     assert len(rows) == 2  # every resolve records an open
 
 
+async def test_resolve_finds_a_slug_only_on_a_link_domain(app: App) -> None:
+    """The app's own website links reach resolve too: a URL on another host
+    with a short link's slug is not that link (404, no open recorded); the
+    default domain's own URLs resolve whatever their port or scheme."""
+    await setup(app)
+    ln = await link(app)
+    slug, iid = ln["slug"], new_install()
+    await init(app, init_body(iid, "ios"))
+    async with app.client("pk_test", **SDK) as c:
+        async def status(url: str) -> int:
+            r = await c.post("/v1/sdk/resolve", json={"url": url, "installId": iid})
+            return r.status_code
+
+        for other in (f"https://shop.example/{slug}", f"http://user@svc.test/{slug}",
+                      f"http://svc.test:99999/{slug}", f"https://svc.test.evil.example/{slug}"):
+            assert await status(other) == 404, other
+        await app.flush()
+        assert app.services.store.scan(b"opens", b"") == []
+        for same in (f"https://svc.test/{slug}", f"http://SVC.test:8080/{slug}"):
+            assert await status(same) == 200, same
+        r = await c.post("/v1/handoffs", json={"url": f"https://shop.example/{slug}",
+                                               "userId": "u"},
+                         headers={"authorization": f"Bearer {app.keys['sk_test']}"})
+    assert r.status_code == 404
+
+
 async def test_handoff_created_by_server_claimed_by_app(app: App) -> None:
     await setup(app)
     old, new = await link(app, "/old"), await link(app, "/new")

@@ -114,10 +114,10 @@ def register(api: Api) -> None:
         return await api.idem.run(req, ctx.scope, body, run)
 
     def find_link(url: str, ctx: KeyContext) -> Link:
-        parts = urlsplit(url)
-        domain = services.link_domain(parts.netloc)
-        slug = parts.path[1:]
-        link = services.links.by_slug(domain, slug) if slug and "/" not in slug else None
+        domain = services.url_link_domain(url)
+        slug = urlsplit(url).path[1:]
+        link = (services.links.by_slug(domain, slug)
+                if domain is not None and slug and "/" not in slug else None)
         if (link is None or link.deleted or link.project_id != ctx.project.id
                 or link.mode is not ctx.mode):
             raise NotFound("no link for this URL")

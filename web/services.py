@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -61,3 +62,22 @@ class Services:
         if self.links.domain_owner(bare) is not None:
             return bare
         return default
+
+    def url_link_domain(self, url: str) -> str | None:
+        """The link domain of a URL that opened the app, or None when its host
+        is neither the default domain nor a custom one: an app's own website
+        links reach ``resolve`` too, and ``https://shop.example/sale`` is not
+        the short link ``sale``. Unlike :meth:`link_domain` (a request's Host,
+        which a proxy may rewrite), nothing falls back; the port is ignored
+        (``https://go.example:443/x`` is ``go.example``), user info refused."""
+        try:
+            parts = urlsplit(url)
+            host, _ = parts.hostname, parts.port  # port: a ValueError when invalid
+        except ValueError:
+            return None
+        if not host or parts.username is not None or parts.password is not None:
+            return None
+        default = self.default_domain
+        if host == urlsplit("//" + default).hostname:
+            return default
+        return host if self.links.domain_owner(host) is not None else None
