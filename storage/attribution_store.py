@@ -31,6 +31,7 @@ from svc_engine.attribution import (
     Token,
     Unattributed,
     decide_from_candidates,
+    first_launch_again,
 )
 from svc_engine.clicks import Click
 from svc_engine.errors import InstallIdConflict
@@ -192,10 +193,13 @@ class AttributionStore:
             if stored is not None:
                 existing = stored.install
                 if is_first_launch:
-                    raise InstallIdConflict(
-                        "this install ID already reported its first launch; "
-                        "create a fresh install ID")
-                result = LaunchResult(existing, None, None, created=False)
+                    if idem is None or existing.first_idem_key != idem.key:
+                        raise InstallIdConflict(
+                            "this install ID already reported its first launch; "
+                            "create a fresh install ID")
+                    result = self._first_launch_again(txn, stored)
+                else:
+                    result = LaunchResult(existing, None, None, created=False)
                 self.store.record_response(txn, idem, result)
                 return result
             decision: Matched | Unattributed | None = None
@@ -229,6 +233,19 @@ class AttributionStore:
             return result
 
         return op
+
+    def _first_launch_again(self, txn: lmdb.Transaction, row: InstallRow) -> LaunchResult:
+        """The answer to a first launch's retry under its own Idempotency-Key
+        after the stored answer was swept: the link it was given then (as the
+        link is now; none if deleted since), nothing counted or consumed again."""
+        judged = row.decision
+        decision = (first_launch_again(judged.link_id, judged.method) if judged is not None
+                    else Unattributed())
+        link = self.live_link(txn, decision.link_id) if isinstance(decision, Matched) else None
+        if not isinstance(decision, Matched) or link is None:
+            return LaunchResult(row.install, None, None, created=False)
+        install = attrs.evolve(row.install, attribution=decision.attribution)
+        return LaunchResult(install, link, decision, created=False)
 
     def project_token(self, txn: lmdb.Transaction, text: str | None,
                       project_id: str) -> Token | None:

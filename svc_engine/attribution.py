@@ -300,3 +300,17 @@ def _try_cohort(launch: LaunchFacts, found: Candidates, settings: DeferredSettin
     note(Outcome.MATCHED, f"{counted} from {cohort}; the oldest is consumed")
     return Matched(link_id=found.link_id, confidence=Confidence.PROBABILISTIC,
                    method=Method.PROBABILISTIC_MATCH, consume_click_ids=found.click_ids[:1])
+
+
+def first_launch_again(link_id: str | None, method: str | None) -> Matched | Unattributed:
+    """What a first launch's own retry is answered once its stored answer is
+    gone (idempotency records are kept 24 hours; the SDK retries a failed
+    first launch report on the next launch, however much later): the
+    decision it was judged with, from the install's record of it
+    (``link_id`` and ``method`` as stored, None when unattributed)."""
+    if link_id is None or method is None:
+        return Unattributed()
+    how = Method(method)
+    confidence = (Confidence.PROBABILISTIC if how is Method.PROBABILISTIC_MATCH
+                  else Confidence.DETERMINISTIC)
+    return Matched(link_id=link_id, confidence=confidence, method=how)

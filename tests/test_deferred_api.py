@@ -133,6 +133,40 @@ async def test_first_launch_replay_and_conflict(app: App) -> None:
     assert conflict[1]["error"]["code"] == "install_id_conflict"  # type: ignore[index]
 
 
+async def test_a_first_launch_retried_after_its_answer_was_swept_gets_the_same_link(
+        app: App) -> None:
+    """The SDK retries a failed first launch report on the next launch with
+    the same Idempotency-Key, which may be days later: once the 24-hour
+    record is swept, the install's own record of its first launch answers
+    (the same link, nothing counted twice); another key is still a conflict."""
+    await setup(app, probabilisticMatching=True)
+    ln = await link(app)
+    referrer = referrer_from_location(await tap(app, ln["slug"], ANDROID_UA))
+    android, ios, plain = new_install(), new_install(), new_install()
+    first = await init(app, init_body(android, "android", referrer=referrer),
+                       **{"idempotency-key": "launch-a"})
+    await tap(app, ln["slug"], IOS_UA, **{"cf-ipcountry": "DE"})
+    await app.flush()
+    matched = await init(app, init_body(ios, "ios"), **{"idempotency-key": "launch-i",
+                                                         "cf-ipcountry": "DE"})
+    unmatched = await init(app, init_body(plain, "android"), **{"idempotency-key": "launch-p"})
+    assert matched[1]["link"]["method"] == "probabilistic_match"  # type: ignore[index]
+    swept = await app.services.store.purge_responses(app.services.clock.now_ms() + 86_400_001)
+    assert swept == 3
+    again = await init(app, init_body(android, "android", referrer=referrer),
+                       **{"idempotency-key": "launch-a"})
+    assert again == first and first[1]["link"]["linkId"] == ln["id"]  # type: ignore[index]
+    assert await init(app, init_body(ios, "ios"), **{"idempotency-key": "launch-i"}) == matched
+    assert await init(app, init_body(plain, "android"),
+                      **{"idempotency-key": "launch-p"}) == unmatched == (200, {"link": None})
+    other = await init(app, init_body(android, "android", referrer=referrer),
+                       **{"idempotency-key": "launch-b"})
+    assert other[0] == 409
+    async with app.client("sk_test") as c:
+        counted = (await c.get(f"/v1/analytics/links/{ln['id']}")).json()
+    assert counted["installs"]["total"] == 2, counted
+
+
 async def test_landing_page_open_button_then_resolve_upgrades(app: App) -> None:
     await setup(app, iosLandingPage=True)
     ln = await link(app)
