@@ -45,6 +45,8 @@ def access_line(method: str, path: str, status: int, ms: float) -> None:
     global _stamp_second, _stamp
     if not access.isEnabledFor(logging.INFO):
         return
+    if not path.isprintable():  # a decoded %0a or %00 would forge or break a line
+        path = path.encode("unicode_escape").decode("ascii")
     now = time.time()
     second = int(now)
     if second != _stamp_second:
