@@ -231,7 +231,19 @@ async def test_an_unread_large_body_gets_the_answer_then_a_close(served: Any) ->
                             + b"x" * 1000)
     head, body = await c.response()
     assert head.status_code == 200 and body == b"path=/ignored query="
+    # the answer says the connection closes, so a client sends no next request on it
+    assert (b"connection", b"close") in head.headers
     await c.expect_close()
+
+
+async def test_an_unread_body_all_here_keeps_the_connection_open(served: Any) -> None:
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/ignored", b"content-length: 1000\r\n", method=b"POST")
+                            + b"x" * 1000 + get("/next"))
+    head, _ = await c.response()
+    assert b"connection" not in dict(head.headers)
+    assert (await c.response())[1] == b"path=/next query="
 
 
 async def test_expect_100_continue(served: Any) -> None:

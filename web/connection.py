@@ -211,6 +211,15 @@ class Connection:
         self.body_done = False
         self.response_sent = None
 
+    def _body_still_coming(self) -> bool:
+        """Whether part of the request's body has not arrived yet, so the
+        connection will close after this answer (``_drain_and_close``): the
+        answer then says so, or a client would send its next request on a
+        connection about to close (an early 401 or 429 to a large body).
+        Known for a body with a length; a chunked one (through h11) is not
+        judged before the answer, and its connection closes without saying."""
+        return self.h11 is None and self.body_left > len(self.pending)
+
     def _skip_buffered_body(self) -> bool:
         """The response is out: consume what is buffered of a body the
         application did not read, without waiting, and take back from h11
@@ -414,6 +423,8 @@ class Connection:
                 self.chunked = not self.head
         if b"connection" in names and _says_close(headers):
             self.keep_alive = False
+        if self._body_still_coming():
+            self.keep_alive = False  # answered before the body came: closed after it
         if self.server.closing or not self.keep_alive:
             self.keep_alive = False
             if not _says_close(headers):
