@@ -15,6 +15,7 @@ port (``referrer_host_of`` does that from a full Referer value).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -122,11 +123,16 @@ def click_data(
 
 
 def referrer_host_of(referrer: str | None) -> str | None:
-    """The lower-case host of a Referer value (a URL or a bare host), or None."""
+    """The lower-case host name of a Referer value (a URL or a bare host), or
+    None: for no host, and for an IP address (v4 or v6), which is kept from
+    storage like the client's own (a page served from an address may be a
+    person's device) and which a bare host could not carry back (``::1``)."""
     if not referrer:
         return None
     text = referrer.strip()
     if "//" not in text:
+        if text.count(":") > 1:  # a bare IPv6 address, or nothing a host can be
+            return None
         text = "//" + text
     try:
         host = urlsplit(text).hostname
@@ -134,4 +140,8 @@ def referrer_host_of(referrer: str | None) -> str | None:
         return None
     if not host or not host.isascii() or not host.isprintable() or " " in host:
         return None
-    return host
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    return None

@@ -304,6 +304,26 @@ async def test_web_fallback_token_becomes_a_handoff(app: App) -> None:
     assert again.status_code == 400  # single use
 
 
+async def test_a_tap_from_a_page_on_an_address_is_redirected_and_counted(app: App) -> None:
+    """With a webhook endpoint, a click's event data is built in its write: a
+    Referer on an IPv6 address once failed that check, losing the click and
+    answering an Android tap 400. The address is not kept (no host name)."""
+    await setup(app)
+    await make_endpoint(app)
+    ln = await link(app)
+    for referer in ("https://[::1]:8080/page", "http://192.168.1.5/x", "https://news.example/"):
+        location = await tap(app, ln["slug"], ANDROID_UA, referer=referer)
+        assert "svc_token%3D" in location, (referer, location)
+        await tap(app, ln["slug"], IOS_UA, referer=referer)
+    await app.flush()
+    async with app.client("sk_test") as c:
+        counted = (await c.get(f"/v1/analytics/links/{ln['id']}")).json()
+    assert counted["clicks"]["total"] == 6, counted
+    clicks = app.services.attribution.recent_clicks(app.project_id, "test")
+    hosts = sorted(str(click.referrer_host) for click in clicks)
+    assert hosts == ["None", "None", "None", "None", "news.example", "news.example"]
+
+
 async def other_project(app: App, **settings: object) -> dict[str, str]:
     """A second project of the same organization, set up like the first; its keys."""
     from web import tenancy
