@@ -176,10 +176,15 @@ class RateLimited(CallerError):
 
 
 class LinkQuotaExceeded(CallerError):
+    """The organization's plan holds no more links. ``Retry-After`` is short
+    on purpose: the SDK retries a 429 after at least ``Retry-After`` before
+    ``createLink`` throws, so an hour there would hold the app's call for an
+    hour; the quota lifts only by a person's action (a deletion, a plan)."""
+
     status = 429
     code = "link_quota_exceeded"
 
-    def __init__(self, message: str = "", *, retry_after: int = 3600) -> None:
+    def __init__(self, message: str = "", *, retry_after: int = 1) -> None:
         super().__init__(message)
         self.retry_after = retry_after
 
