@@ -102,6 +102,21 @@ def test_bad_signature_or_timestamp_is_401(listener: Listener, change: str,
     assert _post(listener.url, body, ok).status_code == 200
 
 
+def test_a_taken_port_is_one_line_not_a_traceback() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "web.cli", "webhooks", "listen", "--secret",
+                               SECRET, "--port", str(port)], capture_output=True, text=True,
+                              timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"svc: cannot listen on 127.0.0.1:{port}: Address already in use (choose another --port)"]
+
+
 def test_only_post_is_accepted(listener: Listener) -> None:
     assert httpx.get(listener.url + "/hook", timeout=10).status_code == 405
 

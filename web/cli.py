@@ -163,10 +163,15 @@ def cmd_backup(args: argparse.Namespace) -> None:
 
 
 def cmd_webhooks(args: argparse.Namespace) -> None:
+    from web.server import ListenFailed
     from web.webhook_receiver import listen
 
-    with contextlib.suppress(KeyboardInterrupt):
-        trio.run(listen, args.secret, args.host, args.port)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            trio.run(listen, args.secret, args.host, args.port)
+    except ListenFailed as e:  # one line, as `svc serve` says it
+        print(f"svc: {e} (choose another --port)", file=sys.stderr)
+        sys.exit(1)
 
 
 def cmd_doctor(args: argparse.Namespace) -> None:

@@ -27,6 +27,7 @@ import h11
 import trio
 
 from svc_engine import signing
+from web.server import ListenFailed
 
 MAX_BODY = 1 << 20
 READ_CHUNK = 65_536
@@ -148,7 +149,10 @@ async def listen(secret: str, host: str, port: int, out: TextIO = sys.stdout, *,
                  task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the verifying receiver until cancelled; prints where it listens."""
     handler = verifying_handler(secret, out)
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as e:
+        raise ListenFailed(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
     bound = listeners[0].socket.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     print(f"svc webhooks: listening on http://{shown}:{bound}", file=out, flush=True)
