@@ -77,7 +77,7 @@ from svc_engine.deadlines import Deadline
 from svc_engine.outbox import OutboxEvent
 from svc_engine.plans import QUOTAS
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
-from svc_engine.webhook_records import Endpoint
+from svc_engine.webhook_records import Endpoint, off_if_due
 from svc_engine.webhook_steps import FanOut, apply_answer, fan_out
 
 log = logging.getLogger("svc.webhooks")
@@ -214,6 +214,7 @@ class WebhookActor:
         if not batch:
             return 0
         now = self._clock.now_ms()
+        self._turn_off_due(now)
         planned: list[tuple[bytes, FanOut | None]] = []
         plans: dict[str, bool] = {}
         endpoints = list(self._endpoints.values())
@@ -236,6 +237,22 @@ class WebhookActor:
             self._consider(d, changes, plans=plans)
         self._pump(changes)
         return len(batch)
+
+    def _turn_off_due(self, now_ms: int) -> None:
+        """Endpoints whose failure streak met the automatic rule since their
+        last attempt go Off as of that moment, before events are fanned out
+        (an event after it is not queued for them)."""
+        changes = Changes()
+        for endpoint in list(self._endpoints.values()):
+            due = off_if_due(endpoint, now_ms)
+            if due is not endpoint:
+                self._endpoints[endpoint.id] = due
+                changes.endpoint(due)
+                log.warning("webhook endpoint %s turned off: %s", endpoint.id,
+                            due.health.off_detail)
+                self._drop_ready(endpoint.id, changes)
+        if changes:
+            self._writes.apply(changes)
 
     def _event_body(self, endpoint: Endpoint, event_id: str) -> bytes | None:
         body = self._bodies.get((endpoint.project_id, endpoint.mode, event_id))

@@ -148,6 +148,18 @@ def evaluate(health: EndpointHealth, now_ms: int) -> EndpointHealth:
     )
 
 
+def off_since_due(health: EndpointHealth, now_ms: int) -> EndpointHealth:
+    """The automatic rule applied between attempts: a streak that reached 20
+    failures within 24 hours is judged again only by the next failure, so
+    when none came after the 24 hours passed, the endpoint is Off as of the
+    moment they did (streak start + 24 h + 1 ms: an event after it is not
+    queued). Unchanged when the rule does not hold at ``now_ms``."""
+    if not should_turn_off(health, now_ms):
+        return health
+    assert health.streak_started_at_ms is not None  # should_turn_off says so
+    return evaluate(health, health.streak_started_at_ms + AUTO_OFF_STREAK_MS + 1)
+
+
 def turn_off(health: EndpointHealth, at_ms: int, detail: str = "") -> EndpointHealth:
     """A team member turns the endpoint off (from any state)."""
     return attrs.evolve(

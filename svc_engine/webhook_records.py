@@ -194,6 +194,16 @@ def turn_on(endpoint: Endpoint, now_ms: int) -> Endpoint:
     )
 
 
+def off_if_due(endpoint: Endpoint, now_ms: int) -> Endpoint:
+    """The endpoint Off as of the moment the automatic rule held, when it
+    has held since its last attempt (``endpoint_health.off_since_due``);
+    the same object when not."""
+    health = health_rules.off_since_due(endpoint.health, now_ms)
+    if health is endpoint.health:
+        return endpoint
+    return attrs.evolve(endpoint, health=health, updated_at_ms=now_ms)
+
+
 def record_outcome(endpoint: Endpoint, delivered: bool, at_ms: int) -> Endpoint:
     """Health after one attempt (any delivery, any trigger)."""
     if delivered:

@@ -97,6 +97,16 @@ def test_evaluate_applies_the_rule_when_only_time_passes() -> None:
     assert eh.evaluate(nineteen, T0 + 365 * DAY) == nineteen
 
 
+def test_off_since_due_dates_the_turn_off_to_when_the_rule_held() -> None:
+    health = _failures(eh.EndpointHealth(), _spread(20, T0, T0 + HOUR))
+    assert eh.off_since_due(health, T0 + DAY) is health
+    off = eh.off_since_due(health, T0 + 3 * DAY)
+    assert (off.state, off.off_reason, off.off_at_ms) == (H.OFF, eh.OFF_AUTOMATIC, T0 + DAY + 1)
+    nineteen = _failures(eh.EndpointHealth(), _spread(19, T0, T0 + HOUR))
+    assert eh.off_since_due(nineteen, T0 + 365 * DAY) is nineteen
+    assert eh.off_since_due(off, T0 + 365 * DAY) is off
+
+
 def test_a_success_resets_the_count_before_the_threshold() -> None:
     health = _failures(eh.EndpointHealth(), _spread(19, T0, T0 + DAY))
     health = eh.record_success(health, T0 + DAY + 1)

@@ -188,15 +188,42 @@ async def test_any_success_ends_the_streak(world: tuple[App, Receiver, TrioWallC
     t0 = clock.now_ms()
     for _ in range(4):
         await emit(app, "click")
-    await _until(clock, t0 + 30 * HOUR)
-    assert _endpoint(app, ep["id"]).health.consecutive_failures == 28  # not Off: 4 x 7
+    await _until(clock, t0 + 23 * HOUR)
+    assert _endpoint(app, ep["id"]).health.consecutive_failures == 28  # 4 x 7, under 24 h
     assert _endpoint(app, ep["id"]).health.state.value == "Failing"
     receiver.respond = ok
     await emit(app, "click")
     await _settle()
     health = _endpoint(app, ep["id"]).health
     assert health.state.value == "Active" and health.consecutive_failures == 0
-    assert health.last_success_at_ms == t0 + 30 * HOUR
+    assert health.last_success_at_ms == t0 + 23 * HOUR
+
+
+async def test_a_streak_whose_first_failure_passes_24_hours_is_off_without_another_attempt(
+        world: tuple[App, Receiver, TrioWallClock],
+        autojump_clock: trio.testing.MockClock) -> None:
+    """21 failures end by 20h36m; nothing is attempted after. Once the first
+    is more than 24 h old the rule holds: the next event is not queued (it
+    occurred while the endpoint was Off), and the endpoint is Off as of the
+    moment the rule held, 24 h and 1 ms after the first failure."""
+    app, receiver, clock = world
+    receiver.respond = status(500)
+    ep = await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    for _ in range(3):
+        await emit(app, "click")
+    await _until(clock, t0 + 30 * HOUR)
+    assert len(receiver.hits) == 21
+    assert _endpoint(app, ep["id"]).health.state.value == "Failing"  # judged at failures
+    late = await emit(app, "click")
+    await _until(clock, t0 + 40 * HOUR)
+    assert len(receiver.hits) == 21 and deliveries_of(app, late.id) == []
+    health = _endpoint(app, ep["id"]).health
+    assert (health.state.value, health.off_reason) == ("Off", "automatic")
+    assert health.off_at_ms == t0 + DAY + 1 and "21 failed attempts" in health.off_detail
+    async with app.client("sk_test") as c:
+        shown = (await c.get(f"{EP}/{ep['id']}")).json()
+    assert shown["status"] == "Off" and shown["health"]["offBy"] == "automatic"
 
 
 async def test_turn_off_and_on(world: tuple[App, Receiver, TrioWallClock],
