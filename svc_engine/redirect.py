@@ -203,13 +203,25 @@ def with_query_param(url: str, name: str, value: str) -> str:
     return urlunsplit(parts._replace(query="&".join(kept)))
 
 
+LANDING_MARK = "svc_open=landing"
+"""The query that marks a universal link as opened from the 'Continue in app'
+page (its button without a custom scheme, its app banner): resolved, it is a
+``landing_page`` open, deferred, like the scheme URL carrying ``svc_link``."""
+
+
 def landing_open_url(scheme: str | None, short_url: str) -> str:
     """Target of the 'I already have the app, open it' button: the app's custom
-    scheme carrying the short link in ``svc_link``, or the short link itself (a
-    universal link) when the project has no iOS scheme."""
+    scheme carrying the short link in ``svc_link``, or, when the project has no
+    iOS scheme, the short link itself (a universal link) marked with
+    :data:`LANDING_MARK` (also the app banner's argument)."""
     if scheme is None:
-        return short_url
+        return landing_universal_link(short_url)
     return f"{scheme}://open?svc_link={quote(short_url, safe='')}"
+
+
+def landing_universal_link(short_url: str) -> str:
+    """The short link marked as opened from its 'Continue in app' page."""
+    return f"{short_url}{'&' if '?' in short_url else '?'}{LANDING_MARK}"
 
 
 # -- the decision --------------------------------------------------------------------

@@ -104,6 +104,18 @@ class ResolveRequest:
                 return value
         return None
 
+    @property
+    def from_landing_page(self) -> bool:
+        """Opened from the 'Continue in app' page: a custom-scheme URL carrying
+        ``svc_link`` (its button), or the short link marked ``svc_open=landing``
+        (its button without a scheme, its app banner)."""
+        parts = _split(self.url)
+        if parts is None:
+            return False
+        if parts.scheme.lower() not in ("http", "https"):
+            return self.short_url is not None
+        return "landing" in urllib.parse.parse_qs(parts.query).get("svc_open", [])
+
 
 @attrs.frozen
 class HandoffCreateRequest:

@@ -187,6 +187,36 @@ async def test_landing_page_open_button_then_resolve_upgrades(app: App) -> None:
     assert install.attribution.method.value == "landing_page"
 
 
+async def test_without_a_scheme_the_page_s_open_button_is_a_marked_universal_link(
+        app: App) -> None:
+    """No custom scheme: the button (and the app banner) is the short link
+    marked ``svc_open=landing``; when it opens the app, resolve answers
+    ``landing_page``, deferred, and upgrades the install, as the scheme URL
+    does (SPEC iOS flow 2). The plain short link stays a universal link."""
+    await setup(app, iosLandingPage=True)
+    async with app.client("sk_test") as c:
+        assert (await c.patch("/v1/platforms", json={"ios": {"scheme": None}})).status_code == 200
+    ln = await link(app)
+    marked = f"{ln['url']}?svc_open=landing"
+    page = await tap(app, ln["slug"], IOS_UA)
+    assert f'href="{marked}"' in page and f"app-argument={marked}" in page
+    iid = new_install()
+    assert await init(app, init_body(iid, "ios")) == (200, {"link": None})
+    async with app.client("pk_test", **SDK) as c:
+        plain = (await c.post("/v1/sdk/resolve", json={"url": ln["url"], "installId": iid})
+                 ).json()["link"]
+        assert (plain["method"], plain["isDeferred"]) == ("universal_link", False)
+        r = await c.post("/v1/sdk/resolve", json={"url": marked, "installId": iid})
+    got = r.json()["link"]
+    assert got["linkId"] == ln["id"] and got["isDeferred"] is True
+    assert got["method"] == "landing_page" and got["confidence"] == "deterministic"
+    install = app.services.attribution.get_install(app.project_id, "test", iid)
+    assert install is not None and install.attribution is not None
+    assert install.attribution.method.value == "landing_page"
+    # a tap on the marked link (the button reloading the page) gets the page again
+    assert f'href="{marked}"' in await tap(app, f"{ln['slug']}?svc_open=landing", IOS_UA)
+
+
 async def test_resolve_universal_and_app_links_and_unknown(app: App) -> None:
     await setup(app)
     ln = await link(app)

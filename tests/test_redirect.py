@@ -340,7 +340,10 @@ def test_landing_open_url() -> None:
     url = landing_open_url("exampleapp", short)
     assert url == "exampleapp://open?svc_link=https%3A%2F%2Fgo.example.com%2Fabc%3Fx%3D1%26y%3D2"
     assert unquote(url.split("svc_link=", 1)[1]) == short
-    assert landing_open_url(None, short) == short
+    # without a scheme: the universal link itself, marked as opened from the page
+    assert landing_open_url(None, short) == short + "&svc_open=landing"
+    assert landing_open_url(None, "https://go.example.com/abc") == (
+        "https://go.example.com/abc?svc_open=landing")
 
 
 def test_store_urls() -> None:

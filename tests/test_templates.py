@@ -17,7 +17,13 @@ import pytest
 
 from svc_engine.keys import Mode
 from svc_engine.links import Link
-from svc_engine.redirect import app_store_url, landing_open_url, page_meta, play_store_url
+from svc_engine.redirect import (
+    app_store_url,
+    landing_open_url,
+    landing_universal_link,
+    page_meta,
+    play_store_url,
+)
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "web" / "templates"
 NAMES = ["landing.html", "og.html", "notfound.html", "gone.html"]
@@ -101,7 +107,7 @@ def landing_context(link: Link, scheme: str | None = "exampleapp",
         "app_store_id": "1234567890",
         "app_store_url": app_store_url("1234567890"),
         "open_url": landing_open_url(scheme, SHORT),
-        "short_url": SHORT,
+        "banner_url": landing_universal_link(SHORT),
     }
 
 
@@ -157,7 +163,8 @@ def test_hostile_text_is_escaped(env: jinja2.Environment, name: str) -> None:
 def test_landing_page(env: jinja2.Environment) -> None:
     html = env.get_template("landing.html").render(landing_context(make_link()))
     page = Page(html)
-    assert page.meta["apple-itunes-app"] == f"app-id=1234567890, app-argument={SHORT}"
+    assert page.meta["apple-itunes-app"] == (
+        f"app-id=1234567890, app-argument={SHORT}?svc_open=landing")
     assert "Example Shop" in page.visible
     assert "Red shoes" in page.visible
     links = dict((text, href) for href, text in page.links)
@@ -171,7 +178,7 @@ def test_landing_page_without_scheme_opens_the_universal_link(env: jinja2.Enviro
     page = Page(env.get_template("landing.html").render(
         landing_context(make_link(), scheme=None)))
     links = dict((text, href) for href, text in page.links)
-    assert links["I already have the app, open it"] == SHORT
+    assert links["I already have the app, open it"] == f"{SHORT}?svc_open=landing"
 
 
 def test_og_page_tags(env: jinja2.Environment) -> None:

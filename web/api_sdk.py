@@ -134,7 +134,7 @@ def register(api: Api) -> None:
         if short is None:
             raise NotFound("the URL is neither a short link nor carries svc_link")
         link = find_link(short, ctx)
-        landing = short != opened.url  # a custom-scheme URL carrying svc_link
+        landing = opened.from_landing_page
         hint = data.get("platform") if isinstance(data.get("platform"), str) else None
         now = services.clock.now_ms()
         open_id = new_id(services.random(16))

@@ -31,6 +31,7 @@ from svc_engine.redirect import (
     app_store_url,
     decide,
     landing_open_url,
+    landing_universal_link,
     page_meta,
     play_store_url,
 )
@@ -119,7 +120,7 @@ class Redirector:
                               app_store_id=outcome.app_store_id,
                               app_store_url=outcome.app_store_url,
                               open_url=landing_open_url(outcome.scheme, short),
-                              short_url=short)
+                              banner_url=landing_universal_link(short))
         assert isinstance(outcome, PreviewPage | OgPage)
         platforms = self.services.links.platforms(link.project_id)
         stores = {}
