@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from svc_engine.keys import Mode
+from svc_engine.links import iso_utc
 from svc_engine.tokens import TOKEN_TTL_MS, Token
 from tests.conftest import App
 from tests.dashboard_webhook_support import make_endpoint
@@ -485,6 +486,29 @@ async def test_token_expires_after_exactly_7_days(app: App,
     assert late == (200, {"link": None})
     await trio.sleep(700)  # the sweep removes expired tokens
     assert app.services.attribution.get_token(r2.split("=")[1]) is None
+
+
+async def test_no_handoff_is_made_for_an_expired_link(app: App,
+                                                     autojump_clock: trio.testing.MockClock
+                                                     ) -> None:
+    """By its ID as by its URL (resolve answers 404 for it too); a handoff
+    made while the link was live is still delivered."""
+    await setup(app)
+    soon = iso_utc(app.services.clock.now_ms() + 60_000)
+    ln = await link(app, expiresAt=soon)
+    iid = new_install()
+    await init(app, init_body(iid, "ios"))
+    async with app.client("sk_test") as c:
+        made = await c.post("/v1/handoffs", json={"linkId": ln["id"], "userId": "early"})
+        assert made.status_code == 201
+        await trio.sleep(60)
+        by_id = await c.post("/v1/handoffs", json={"linkId": ln["id"], "userId": "late"})
+        by_url = await c.post("/v1/handoffs", json={"url": ln["url"], "userId": "late"})
+    assert (by_id.status_code, by_url.status_code) == (404, 404), (by_id.text, by_url.text)
+    async with app.client("pk_test", **SDK) as c:
+        claimed = await c.post("/v1/sdk/handoffs/claim", json={"userId": "early",
+                                                               "installId": iid})
+    assert claimed.json()["link"]["linkId"] == ln["id"]
 
 
 async def test_handoff_default_and_shorter_expiry(app: App,

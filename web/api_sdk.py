@@ -188,6 +188,8 @@ def register(api: Api) -> None:
             if (link is None or link.deleted or link.project_id != ctx.project.id
                     or link.mode is not ctx.mode):
                 raise NotFound("no such link in this project and mode")
+            if link.is_expired(now):  # as by its URL (find_link)
+                raise NotFound("the link has expired")
             link_id = link.id
         elif request.url is not None:
             link_id = find_link(request.url, ctx).id
