@@ -122,11 +122,20 @@ def click_data(
     }
 
 
+_HOST_NAME = re.compile(r"(?=.{1,253}\Z)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*"
+                        r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")
+"""A DNS host name: labels of 1-63 letters, digits, hyphens (not at an end) and
+underscores, 253 characters at most."""
+
+
 def referrer_host_of(referrer: str | None) -> str | None:
     """The lower-case host name of a Referer value (a URL or a bare host), or
-    None: for no host, and for an IP address (v4 or v6), which is kept from
-    storage like the client's own (a page served from an address may be a
-    person's device) and which a bare host could not carry back (``::1``)."""
+    None: for no host, for anything that is not a DNS host name (a tap's
+    Referer is the sender's to write: an unbounded or odd "host" would go into
+    counter keys, which LMDB bounds, and into exports), and for an IP address
+    (v4 or v6), which is kept from storage like the client's own (a page
+    served from an address may be a person's device) and which a bare host
+    could not carry back (``::1``)."""
     if not referrer:
         return None
     text = referrer.strip()
@@ -138,7 +147,8 @@ def referrer_host_of(referrer: str | None) -> str | None:
         host = urlsplit(text).hostname
     except ValueError:
         return None
-    if not host or not host.isascii() or not host.isprintable() or " " in host:
+    host = (host or "").removesuffix(".")  # the root's dot: the same host
+    if not host or _HOST_NAME.fullmatch(host) is None:
         return None
     try:
         ipaddress.ip_address(host.split("%", 1)[0])

@@ -163,6 +163,16 @@ def test_click_data_rejects(overrides: dict[str, Any], field: str) -> None:
         ("10.0.0.1:8080", None),
         ("2001:db8::1", None),
         ("example.com:8080", "example.com"),
+        # only a DNS host name is kept: it goes into counter keys and exports
+        ("https://" + "a" * 427 + ".com/", None),  # a label of 427 (LMDB keys end at 511)
+        ("https://" + ".".join(["a" * 63] * 4) + "/", None),  # 255 characters
+        ("https://" + ".".join(["a" * 63] * 3) + ".bb/", ".".join(["a" * 63] * 3) + ".bb"),
+        ("http://=cmd|'/c calc'!A0/x", None),
+        ("+1+2", None),
+        ("http://-2+3/", None),
+        ("https://News.Example.org./", "news.example.org"),
+        ("https://_dmarc.example.com/", "_dmarc.example.com"),
+        ("https://xn--bcher-kva.example/", "xn--bcher-kva.example"),
     ],
 )
 def test_referrer_host_of(referrer: str | None, host: str | None) -> None:
