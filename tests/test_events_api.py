@@ -438,6 +438,19 @@ async def test_conversion_export_in_both_formats_over_many_pages(ev: Events) -> 
     assert "attachment" in r.headers["content-disposition"]
 
 
+async def test_a_csv_cell_a_spreadsheet_would_run_as_a_formula_is_text(ev: Events) -> None:
+    names = ['=HYPERLINK("http://evil.example","x")', "+cmd", "-2+3", "@SUM(A1)", "\tTAB",
+             "\rCR", "plain", "a=b"]
+    at = iso_utc(ev.now - DAY_MS)
+    batch = [event(name, at=at) for name in names]
+    assert (await ev.send(batch))[0] == 200
+    rows = list(csv.DictReader(io.StringIO(await ev.export("conversions", "csv"))))
+    assert sorted(r["name"] for r in rows) == sorted(
+        ["'" + n for n in names[:6]] + ["plain", "a=b"])
+    assert {orjson.loads(x)["name"] for x in (await ev.export("conversions")).splitlines()
+            } == set(names)  # NDJSON as sent
+
+
 # --- retention ---------------------------------------------------------------------------------
 
 

@@ -18,7 +18,11 @@ conversions   id, occurredAt, receivedAt, name, linkId, installId, properties
 
 Times are ISO 8601 UTC with milliseconds, except a conversion's
 ``occurredAt``, which is kept exactly as the app sent it. In CSV an empty
-cell is null and ``properties`` is a JSON object in one cell. A click never
+cell is null and ``properties`` is a JSON object in one cell; a text cell
+that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return (an
+event name an app sent, say) starts with a ``'`` added, so that a
+spreadsheet shows it as text instead of running it as a formula (OWASP's
+CSV injection advice); NDJSON carries every value as it is. A click never
 carries an IP address, user agent or full referrer (none is stored).
 """
 
@@ -118,6 +122,9 @@ def chunks(kind: str, fmt: str, rows: Iterable[list[Row]]) -> Iterator[bytes]:
         yield _csv_lines([[_cell(row.get(c)) for c in columns] for row in page])
 
 
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _cell(value: object) -> str:
     if value is None:
         return ""
@@ -125,6 +132,8 @@ def _cell(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, dict | list):
         return orjson.dumps(value).decode()
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value  # a spreadsheet would run it as a formula (CSV injection)
     return str(value)
 
 
