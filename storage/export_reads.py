@@ -17,7 +17,6 @@ from storage.events_store import range_pages
 from storage.install_rows import InstallRow
 from storage.lmdb_store import LmdbStore
 from svc_engine.clicks import Click
-from svc_engine.installs import Install
 from svc_engine.keys import Mode
 
 PAGE_SIZE = 500
@@ -40,9 +39,10 @@ def opens(store: LmdbStore, project_id: str, mode: Mode, start_ms: int, end_ms: 
 
 
 def installs(store: LmdbStore, project_id: str, mode: Mode, start_ms: int, end_ms: int,
-             page_size: int = PAGE_SIZE) -> Iterator[list[Install]]:
-    """Installs created in ``[start_ms, end_ms)``, oldest first."""
+             page_size: int = PAGE_SIZE) -> Iterator[list[InstallRow]]:
+    """Installs created in ``[start_ms, end_ms)``, oldest first, each with how
+    its first launch was judged (none for one a later launch registered)."""
     scope = layout.scope(project_id, mode.value)
     for page in range_pages(store, b"installs_by_time", scope + layout.ms(max(0, start_ms)),
                             scope + layout.ms(max(0, end_ms)), page_size):
-        yield [decode(InstallRow, v).install for _, v in page]
+        yield [decode(InstallRow, v) for _, v in page]

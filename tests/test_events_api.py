@@ -381,7 +381,17 @@ async def test_analytics_of_clicks_installs_opens_and_handoffs(ev: Events) -> No
     assert {row[0] for row in installs_csv[1:]} == {ev.install, ios}
     ios_row = next(r for r in installs_csv[1:] if r[0] == ios)
     assert ios_row[4] == "deterministic" and ios_row[3] == lid  # upgraded by the handoff
-    assert ios_row[5] == "authenticated_handoff" and ios_row[6]
+    assert ios_row[5] == "authenticated_handoff" and ios_row[6] and ios_row[7] == "true"
+    # a later launch of an unknown install registers it, listed but not counted
+    later = new_install()
+    async with app.client("pk_test", **SDK) as c:
+        r = await c.post("/v1/sdk/init", json=init_body(later, "ios", first=False))
+        assert r.status_code == 200
+    rows = {orjson.loads(x)["installId"]: orjson.loads(x)
+            for x in (await ev.export("installs")).splitlines()}
+    assert rows[later]["firstLaunch"] is False and rows[ios]["firstLaunch"] is True
+    assert (await ev.summary())["installs"]["total"] == sum(
+        r["firstLaunch"] for r in rows.values())
 
 
 async def test_analytics_query_validation(ev: Events) -> None:

@@ -11,7 +11,8 @@ Columns (CSV header order; NDJSON objects carry the same keys):
 ============  ==================================================================
 clicks        id, clickedAt, linkId, platform, osMajor, country, referrerHost
 installs      installId, installedAt, platform, linkId, confidence, method,
-              upgradedAt
+              upgradedAt, firstLaunch (false: registered by a later launch,
+              not counted as an install)
 opens         id, openedAt, linkId, installId, platform, method
 conversions   id, occurredAt, receivedAt, name, linkId, installId, properties
 ============  ==================================================================
@@ -38,10 +39,10 @@ import orjson
 from storage import export_reads
 from storage.attribution_store import OpenRecord
 from storage.events_store import EventsStore, StoredEvent
+from storage.install_rows import InstallRow
 from storage.lmdb_store import LmdbStore
 from svc_engine.clicks import Click
 from svc_engine.errors import ValidationError
-from svc_engine.installs import Install
 from svc_engine.keys import Mode
 from svc_engine.links import iso_utc
 
@@ -51,7 +52,7 @@ FORMATS = {"ndjson": b"application/x-ndjson", "csv": b"text/csv; charset=utf-8"}
 COLUMNS: dict[str, tuple[str, ...]] = {
     "clicks": ("id", "clickedAt", "linkId", "platform", "osMajor", "country", "referrerHost"),
     "installs": ("installId", "installedAt", "platform", "linkId", "confidence", "method",
-                 "upgradedAt"),
+                 "upgradedAt", "firstLaunch"),
     "opens": ("id", "openedAt", "linkId", "installId", "platform", "method"),
     "conversions": ("id", "occurredAt", "receivedAt", "name", "linkId", "installId",
                     "properties"),
@@ -64,12 +65,13 @@ def click_row(c: Click) -> Row:
             "referrerHost": c.referrer_host}
 
 
-def install_row(i: Install) -> Row:
-    a = i.attribution
+def install_row(row: InstallRow) -> Row:
+    i, a = row.install, row.install.attribution
     return {"installId": i.install_id, "installedAt": iso_utc(i.created_at_ms),
             "platform": i.platform, "linkId": a.link_id if a else None,
             "confidence": i.confidence.value, "method": a.method.value if a else None,
-            "upgradedAt": iso_utc(i.upgraded_at_ms) if i.upgraded_at_ms is not None else None}
+            "upgradedAt": iso_utc(i.upgraded_at_ms) if i.upgraded_at_ms is not None else None,
+            "firstLaunch": row.decision is not None}
 
 
 def open_row(o: OpenRecord) -> Row:
