@@ -4,8 +4,12 @@ Failures are counted per e-mail address and per client, each against its own
 limit. While ``max_failures`` failures lie within the last ``window_ms``,
 further attempts are refused (429, with ``Retry-After`` = seconds until the
 oldest of them leaves the window); a refused attempt is not checked and not
-counted. A successful sign-in clears the e-mail's failures (not the client's,
-so one good account does not reset guessing at others from the same place).
+counted. An attempt let through counts as a failure at once, before its
+password is checked (which takes a while, in a thread), so attempts sent
+together cannot all pass the check before any failure is counted; a right
+password then takes its own count back. A successful sign-in clears the
+e-mail's failures (not the client's other failures, so one good account does
+not reset guessing at others from the same place).
 
 | subject | failures | window |
 |---|---|---|
@@ -54,6 +58,16 @@ def retry_after_s(failures: Failures | None, limit: Limit, now_ms: int) -> int:
         return 0
     frees_at = recent[len(recent) - limit.max_failures] + limit.window_ms
     return max(1, math.ceil((frees_at - now_ms) / 1000))
+
+
+def forget_failure(failures: Failures | None, at_ms: int) -> Failures | None:
+    """The state without one failure recorded at ``at_ms`` (an attempt counted
+    as failed before it was checked, which turned out right)."""
+    if failures is None or at_ms not in failures.times:
+        return failures
+    times = list(failures.times)
+    times.remove(at_ms)
+    return Failures(tuple(times))
 
 
 def record_failure(failures: Failures | None, limit: Limit, now_ms: int) -> Failures:

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import hashlib
 
+import attrs
 import trio
 
+from actors.clock import TrioWallClock
 from storage import accounts
+from storage.lmdb_store import LmdbStore
+from svc_engine.config import Config
 from svc_engine.plans import Plan
 from svc_engine.records import Role
 from svc_engine.sessions import ABSOLUTE_MS, IDLE_MS
-from tests.conftest import App
+from tests.conftest import App, running_app
 from tests.dashboard_support import (
     OWNER_EMAIL,
     add_user,
@@ -153,6 +157,54 @@ async def test_sign_in_throttle_per_email_and_per_client(app: App) -> None:
     now = app.services.clock.now_ms()
     assert throttle.retry_after("other@example.com", "10.0.0.9", now) == 0  # other client
     assert throttle.retry_after(OWNER_EMAIL, "10.0.0.9", now + 15 * 60_000) == 0
+
+
+async def test_attempts_sent_together_are_all_counted(app: App) -> None:
+    """Each password check takes a while (in a thread): attempts sent at once
+    used to pass the throttle together before any failure was counted. Of 12
+    wrong guesses at once, 5 are checked; a right password after a wrong one
+    takes its own count back."""
+    async with browser(app) as c:
+        token = csrf_of((await c.get("/dashboard")).text)
+        codes: list[int] = []
+
+        async def guess(n: int) -> None:
+            r = await c.post("/dashboard/sign-in", data={"csrf": token, "email": OWNER_EMAIL,
+                                                          "password": f"wrong-{n}"})
+            codes.append(r.status_code)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(12):
+                nursery.start_soon(guess, n)
+    assert sorted(codes) == [400] * 5 + [429] * 7, codes
+    throttle = dashboard_of(app).throttle
+    now = app.services.clock.now_ms()
+    assert throttle.attempt("someone@example.com", "10.0.0.1", now) == 0
+    throttle.succeeded("someone@example.com", "10.0.0.1", now)  # right: no count kept
+    for n in range(20):
+        assert throttle.attempt(f"u{n}@example.com", "10.0.0.1", now + 1) == 0
+    assert throttle.retry_after("other@example.com", "10.0.0.1", now + 1) > 0
+
+
+async def test_behind_a_proxy_the_throttle_counts_per_forwarded_client(
+        store: LmdbStore, config: Config) -> None:
+    """With SVC_CLIENT_IP_HEADER the per-client limit is per forwarded client,
+    not one limit for the proxy's address: 20 failures from one client do
+    not lock out another."""
+    proxied = attrs.evolve(config, client_ip_header="X-Forwarded-For")
+    async with running_app(store, proxied, TrioWallClock()) as app, browser(app) as c:
+        token = csrf_of((await c.get("/dashboard")).text)
+
+        async def attempt(email: str, password: str, client: str) -> int:
+            r = await c.post("/dashboard/sign-in",
+                             data={"csrf": token, "email": email, "password": password},
+                             headers={"x-forwarded-for": f"{client}, 10.9.9.9"})
+            return r.status_code
+
+        for n in range(20):
+            assert await attempt(f"u{n}@example.com", "wrong-password", "203.0.113.7") == 400
+        assert await attempt("x@example.com", "wrong-password", "203.0.113.7") == 429
+        assert await attempt(OWNER_EMAIL, password_of(app), "198.51.100.20") == 303
 
 
 async def test_invitation_for_a_new_account(app: App) -> None:

@@ -39,12 +39,9 @@ class ClientFacts:
                 log.error("cannot open SVC_GEOIP_DB %s: %s", config.geoip_db, e)
 
     def client_ip(self, req: Request) -> str | None:
-        if self._ip_header:
-            value = req.header(self._ip_header)
-            if value:
-                return value.split(",")[0].strip()
         client = req.scope.get("client")
-        return str(client[0]) if client else None
+        return client_address(req.header(self._ip_header) if self._ip_header else None,
+                              str(client[0]) if client else None)
 
     def country(self, req: Request) -> str | None:
         if self._country_header:
@@ -73,3 +70,14 @@ class ClientFacts:
             platform=client.platform.value, os_major=client.os_major, is_bot=client.is_bot,
             country=self.country(req), referrer_host=referrer_host_of(req.header("referer")),
             net_hash=self.network_hash(req) if want_net_hash else None)
+
+
+def client_address(forwarded: str | None, peer: str | None) -> str | None:
+    """The client's address: the first entry of the trusted proxy header
+    (``SVC_CLIENT_IP_HEADER``'s value, when set and sent), else the peer's.
+    In memory only: never stored or logged."""
+    if forwarded:
+        first = forwarded.split(",")[0].strip()
+        if first:
+            return first
+    return peer

@@ -36,6 +36,7 @@ from svc_engine.keys import Mode
 from svc_engine.records import Organization, Project, Role, User
 from svc_engine.roles import CONTACT_NOTE, Action, allows, who_may
 from svc_engine.sessions import ABSOLUTE_MS, Session, encode_token, is_live, token_hash, touched
+from web.client_facts import client_address
 from web.dashboard.form_once import FormOnce, fields_digest
 from web.dashboard.nav import DEFAULT_NAV, NavEntry, grouped
 from web.dashboard.throttle import SignInThrottle
@@ -115,6 +116,13 @@ class Dashboard:
 
     def now_ms(self) -> int:
         return self.services.clock.now_ms()
+
+    def client_address(self) -> str | None:
+        """The request's client, behind a proxy too (``SVC_CLIENT_IP_HEADER``),
+        as the API's rate limits see it: the sign-in throttle's per-client key."""
+        header = self.services.config.client_ip_header
+        return client_address(request.headers.get(header) if header else None,
+                              request.remote_addr)
 
     def base_url(self) -> str:
         """The public base URL: SVC_PUBLIC_URL, else the address this page came from."""

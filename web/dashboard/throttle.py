@@ -18,6 +18,7 @@ from svc_engine.signin_throttle import (
     EMAIL_LIMIT,
     Failures,
     Limit,
+    forget_failure,
     record_failure,
     retry_after_s,
 )
@@ -37,17 +38,28 @@ class SignInThrottle:
                         hashlib.sha256).digest()[:16]
 
     def retry_after(self, email: str, address: str | None, now_ms: int) -> int:
-        """Seconds before this attempt may be checked; 0 when it may go ahead."""
+        """Seconds before an attempt may be checked; 0 when it may go ahead."""
         return max(retry_after_s(self._emails.get(normalize_email(email)), EMAIL_LIMIT, now_ms),
                    retry_after_s(self._clients.get(self._client(address)), CLIENT_LIMIT,
                                  now_ms))
 
-    def failed(self, email: str, address: str | None, now_ms: int) -> None:
-        _bump(self._emails, normalize_email(email), EMAIL_LIMIT, now_ms)
-        _bump(self._clients, self._client(address), CLIENT_LIMIT, now_ms)
+    def attempt(self, email: str, address: str | None, now_ms: int) -> int:
+        """Seconds before an attempt may be checked, or 0: then it may go ahead
+        and is counted as a failure already (``succeeded`` takes it back), so
+        attempts checked at the same time are all counted."""
+        wait = self.retry_after(email, address, now_ms)
+        if not wait:
+            _bump(self._emails, normalize_email(email), EMAIL_LIMIT, now_ms)
+            _bump(self._clients, self._client(address), CLIENT_LIMIT, now_ms)
+        return wait
 
-    def succeeded(self, email: str) -> None:
+    def succeeded(self, email: str, address: str | None, now_ms: int) -> None:
+        """The attempt let through at ``now_ms`` was right: the e-mail's
+        failures are cleared, and the client's count of that attempt."""
         self._emails.pop(normalize_email(email), None)
+        key = self._client(address)
+        if (kept := forget_failure(self._clients.get(key), now_ms)) is not None:
+            self._clients[key] = kept
 
     def statistics(self) -> dict[str, int]:
         return {"emails": len(self._emails), "clients": len(self._clients)}

@@ -77,7 +77,8 @@ def register(dash: Dashboard) -> None:
         password = form.get("password", "")[:MAX_PASSWORD]
         target = safe_next(form.get("next"))
         now = dash.now_ms()
-        wait = dash.throttle.retry_after(email, request.remote_addr, now)
+        client = dash.client_address()
+        wait = dash.throttle.attempt(email, client, now)
         if wait:
             minutes = max(1, round(wait / 60))
             return await sign_in_page(
@@ -86,11 +87,10 @@ def register(dash: Dashboard) -> None:
                       f"{'s' if minutes != 1 else ''}.")
         user = dash.store.find_user(email) if email else None
         if not email or not password or not await check_password(user, password):
-            dash.throttle.failed(email, request.remote_addr, now)
             return await sign_in_page(status=400, email=email, target=target,
                                       error="That e-mail and password don't match an account.")
         assert user is not None
-        dash.throttle.succeeded(email)
+        dash.throttle.succeeded(email, client, now)
         return await start_session(viewer, user.id, None, target)
 
     @dash.page("/dashboard/sign-out", Action.SESSION, methods=("POST",))
@@ -133,15 +133,16 @@ def register(dash: Dashboard) -> None:
         existing = dash.store.find_user(invite.email)
         try:
             if existing is not None:
-                wait = dash.throttle.retry_after(invite.email, request.remote_addr, now)
+                client = dash.client_address()
+                wait = dash.throttle.attempt(invite.email, client, now)
                 if wait:
                     return await invite_page(viewer, invite, status=429,
                                              error="Too many failed attempts. Try again later.")
                 if not await check_password(existing, password):
-                    dash.throttle.failed(invite.email, request.remote_addr, now)
                     return await invite_page(viewer, invite, status=400,
                                              error="That password is not right for this "
                                                    "account.")
+                dash.throttle.succeeded(invite.email, client, now)
                 await accounts.accept_invite(dash.store, h, now, existing_user_id=existing.id)
                 user_id = existing.id
             else:
