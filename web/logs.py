@@ -36,6 +36,11 @@ _pending: list[str] = []
 FLUSH_LINES = 64
 
 
+_SECRET_PATHS = ("/dashboard/invite/",)
+"""Paths whose last segment is a secret (``/dashboard/invite/<token>``):
+logged with ``<token>`` in its place."""
+
+
 def access_line(method: str, path: str, status: int, ms: float) -> None:
     """One access line in the format of the other log lines, buffered: lines
     are written to stderr together, when 64 are waiting, when the second
@@ -45,6 +50,8 @@ def access_line(method: str, path: str, status: int, ms: float) -> None:
     global _stamp_second, _stamp
     if not access.isEnabledFor(logging.INFO):
         return
+    if path.startswith(_SECRET_PATHS):  # an invitation's token opens an account
+        path = next(p for p in _SECRET_PATHS if path.startswith(p)) + "<token>"
     if not path.isprintable():  # a decoded %0a or %00 would forge or break a line
         path = path.encode("unicode_escape").decode("ascii")
     now = time.time()
