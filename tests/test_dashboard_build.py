@@ -83,7 +83,8 @@ async def test_find_a_link_by_slug_url_or_id(app: App) -> None:
     assert "Bot or link preview A preview page with the link's Open Graph tags None No" in page
     assert "No recent clicks of this link." in page
     for query, message in (("nope", "No link of this project matches “nope”."),
-                           ("http://svc.test/a/b", "No link of this project matches")):
+                           ("http://svc.test/a/b", "No link of this project matches"),
+                           ("https://%5B", "No link of this project matches")):  # no URL
         r = await m.get(f"/dashboard/build/debugger?link={query}")
         assert message in text(r.text) and 'id="link-result" class="anchor"' in r.text
     live = await api_link(app, "sk_live")

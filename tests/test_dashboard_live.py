@@ -132,6 +132,7 @@ async def test_the_feed_follows_the_mode_and_needs_a_session(app: App) -> None:
     await app.flush()
     m = await signed_in(app, await add_user(app, "mkt@example.com", Role.MARKETER))
     assert len((await poll(m, after=0))["keys"]) == 1               # everyone may watch
+    assert (await poll(m, after=10**26))["keys"] == []  # past any time: nothing, no error
     await m.post("/dashboard/mode", {"mode": "live"})
     live = await poll(m, after=0)
     assert live["keys"] == [] and live["workspace"] == f"{app.project_id}:live"

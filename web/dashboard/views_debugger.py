@@ -66,7 +66,10 @@ def register(dash: Dashboard) -> None:
         if is_uuid(text):
             found = services.links.get(text.lower())
         elif "/" in text:
-            parts = urlsplit(text if "//" in text else "//" + text)
+            try:
+                parts = urlsplit(text if "//" in text else "//" + text)
+            except ValueError:  # "https://[" : no URL, so no link
+                return None, f"No link of this project matches “{text}”."
             slug = parts.path.strip("/")
             if slug and "/" not in slug:
                 found = services.links.by_slug(services.link_domain(parts.netloc), slug)

@@ -42,7 +42,7 @@ from storage.dashboard_reads import (
 )
 from svc_engine.clicks import Click
 from svc_engine.installs import Install
-from svc_engine.links import Link
+from svc_engine.links import LAST_MS, Link
 from svc_engine.roles import Action
 from web.dashboard import formats
 from web.dashboard.context import Dashboard, Viewer
@@ -146,8 +146,8 @@ def register(dash: Dashboard) -> None:
 
     @dash.page("/dashboard/live/events", Action.LIVE_VIEW, endpoint="live_events")
     async def live_events(viewer: Viewer) -> ResponseReturnValue:
-        try:
-            after = max(0, int(request.args.get("after", "0")))
+        try:  # a time in ms: 0 to the last one the store can key (8 bytes)
+            after = min(max(0, int(request.args.get("after", "0"))), LAST_MS)
         except ValueError:
             after = 0
         marker = request.args.get("im") or None
