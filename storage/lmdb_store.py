@@ -23,7 +23,7 @@ from storage.schema import migrate
 from storage.writer import Op, Pending, Writer, after_commit
 from svc_engine.config import DEFAULT_MAP_SIZE
 from svc_engine.deadlines import Deadline
-from svc_engine.errors import Conflict, MapUnavailable, NotFound
+from svc_engine.errors import Conflict, MapUnavailable, NotFound, ValidationError
 from svc_engine.idempotency import StoredResponse
 from svc_engine.keys import ApiKey
 from svc_engine.outbox import OutboxEvent
@@ -506,8 +506,13 @@ class LmdbStore:
 
     async def backup(self, dest: str) -> None:
         """A consistent compacted copy, taken from a read snapshot while serving."""
-        os.makedirs(dest, exist_ok=True)
-        if os.listdir(dest):
+        try:
+            os.makedirs(dest, exist_ok=True)
+            taken = bool(os.listdir(dest))
+        except OSError as e:
+            raise ValidationError(f"cannot make the backup directory {dest}: "
+                                  f"{e.strerror or e}", field="dest") from None
+        if taken:
             raise Conflict(f"backup destination {dest} is not empty")
         await trio.to_thread.run_sync(lambda: self.env.copy(dest, compact=True))
 

@@ -142,6 +142,44 @@ def test_cli_keys_plan_project_backup(tmp_path: os.PathLike[str]) -> None:
     assert len(copied) == 4
 
 
+def test_refused_commands_say_why_in_one_line_and_change_nothing(
+        tmp_path: os.PathLike[str]) -> None:
+    """Exit 2 and ``svc: <code>: <message>`` (argparse's usage error for an ID
+    that is no UUID), no traceback, and nothing made by a refused command."""
+    data = os.path.join(str(tmp_path), "d")
+    info = json.loads(_cli(data, "bootstrap", "--json").stdout)
+    pid, org = info["projectId"], info["organizationId"]
+    nobody = "00000000-0000-4000-8000-000000000000"
+    missing = os.path.join(str(tmp_path), "typo")
+    cases = [
+        ((data, "plan", "set", nobody, "scale"), f"svc: not_found: no organization {nobody}"),
+        ((data, "project", "create", "--org", nobody, "--name", "X"), "svc: not_found"),
+        ((data, "project", "create", "--org", org, "--name", ""), "svc: validation_error"),
+        ((data, "keys", "create", "--project", nobody, "--kind", "sk", "--mode", "live"),
+         f"svc: not_found: no project {nobody}"),
+        ((data, "keys", "revoke", "--project", pid, nobody), "svc: not_found"),
+        ((data, "keys", "list", "--project", "nope"), "not an ID (a UUID): 'nope'"),
+        ((data, "user", "create", "--email", "a@example.com", "--password", "short"),
+         "svc: validation_error: a password has 10 to 1000 characters"),
+        ((data, "user", "create", "--email", "b@example.com", "--password", "x" * 1001),
+         "svc: validation_error"),
+        ((data, "user", "create", "--email", "c@example.com", "--org", nobody),
+         "svc: not_found: no organization"),
+        ((data, "backup", data), "svc: conflict: backup destination"),
+        ((data, "backup", os.path.join(data, "data.mdb")), "svc: validation_error: cannot make"),
+        ((missing, "keys", "list", "--project", pid), f"svc: not_found: no svc data in {missing}"),
+        ((missing, "backup", os.path.join(str(tmp_path), "empty-copy")), "svc: not_found"),
+    ]
+    for (where, *args), said in cases:
+        done = _cli(where, *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert said in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+    assert not os.path.exists(missing)
+    assert not os.path.exists(os.path.join(str(tmp_path), "empty-copy"))
+    made = _cli(data, "user", "create", "--email", "c@example.com", "--org", org)
+    assert made.returncode == 0, made.stderr  # the refused attempt made no user
+
+
 def test_backup_while_serving(server_factory: type[ServerProcess],
                               tmp_path: os.PathLike[str]) -> None:
     srv = server_factory().start()

@@ -33,7 +33,8 @@ import trio
 from actors.clock import SystemClock
 from storage.lmdb_store import LmdbStore
 from svc_engine import config as config_mod
-from svc_engine.errors import SvcError
+from svc_engine.errors import NotFound, SvcError
+from svc_engine.ids import is_uuid
 from svc_engine.keys import KeyKind, Mode
 from svc_engine.plans import parse_plan
 from svc_engine.records import Role
@@ -50,7 +51,17 @@ def _config(args: argparse.Namespace) -> config_mod.Config:
     return config_mod.load(os.environ, overrides)
 
 
-def _with_store(cfg: config_mod.Config, fn: Callable[[LmdbStore], Awaitable[Any]]) -> Any:
+def _with_store(cfg: config_mod.Config, fn: Callable[[LmdbStore], Awaitable[Any]], *,
+                create: bool = False) -> Any:
+    """Run ``fn`` with the data dir's store open and its writer running. Only
+    ``create`` (bootstrap) may start a store where none is: a mistyped
+    ``--data`` must not answer "no keys" or back up an empty store. An
+    SvcError comes out alone, not inside the nursery's exception group, so
+    ``main`` prints its one line."""
+    if not create and not os.path.exists(os.path.join(cfg.data_dir, "data.mdb")):
+        raise NotFound(f"no svc data in {cfg.data_dir} (check --data or SVC_DATA_DIR; "
+                       "`svc bootstrap` or `svc serve` makes a new one)")
+
     async def main() -> Any:
         store = LmdbStore(cfg.data_dir, map_size=cfg.map_size)
         try:
@@ -63,7 +74,27 @@ def _with_store(cfg: config_mod.Config, fn: Callable[[LmdbStore], Awaitable[Any]
         finally:
             store.close()
 
-    return trio.run(main)
+    try:
+        return trio.run(main)
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], SvcError):
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
+
+
+def _uuid_arg(value: str) -> str:
+    """An organization, project or key ID on the command line."""
+    if not is_uuid(value):
+        raise argparse.ArgumentTypeError(f"not an ID (a UUID): {value!r}")
+    return value.lower()
 
 
 def _print(value: object, as_json: bool = True) -> None:
@@ -85,7 +116,7 @@ def cmd_bootstrap(args: argparse.Namespace) -> None:
     async def go(store: LmdbStore) -> dict[str, object]:
         return await tenancy.bootstrap(store, cfg.base_url, system_random, _now())
 
-    info = _with_store(cfg, go)
+    info = _with_store(cfg, go, create=True)
     if args.json:
         _print(info)
     else:
@@ -100,6 +131,8 @@ def cmd_keys(args: argparse.Namespace) -> None:
     cfg = _config(args)
 
     async def go(store: LmdbStore) -> object:
+        if store.get_project(args.project) is None:
+            raise NotFound(f"no project {args.project}")
         if args.keys_cmd == "create":
             kind = KeyKind.PUBLISHABLE if args.kind.startswith("p") else KeyKind.SECRET
             key_id, raw = await tenancy.create_key(store, args.project, kind, Mode(args.mode),
@@ -140,6 +173,8 @@ def cmd_user(args: argparse.Namespace) -> None:
     password = args.password or tenancy.new_password(system_random)
 
     async def go(store: LmdbStore) -> object:
+        if args.org and store.get_org(args.org) is None:  # before the user: one or neither
+            raise NotFound(f"no organization {args.org}")
         user = await tenancy.create_user(store, args.email, password, system_random, _now())
         out: dict[str, object] = {"userId": user.id, "email": user.email}
         if not args.password:
@@ -223,24 +258,24 @@ def parser() -> argparse.ArgumentParser:
     ksub = k.add_subparsers(dest="keys_cmd", required=True)
     kc = ksub.add_parser("create")
     _add_data(kc)
-    kc.add_argument("--project", required=True)
+    kc.add_argument("--project", required=True, type=_uuid_arg)
     kc.add_argument("--kind", required=True, choices=["publishable", "secret", "pk", "sk"])
     kc.add_argument("--mode", required=True, choices=["test", "live"])
     kc.add_argument("--name", default="")
     kl = ksub.add_parser("list")
     _add_data(kl)
-    kl.add_argument("--project", required=True)
+    kl.add_argument("--project", required=True, type=_uuid_arg)
     kr = ksub.add_parser("revoke")
     _add_data(kr)
-    kr.add_argument("--project", required=True)
-    kr.add_argument("key_id")
+    kr.add_argument("--project", required=True, type=_uuid_arg)
+    kr.add_argument("key_id", type=_uuid_arg)
     k.set_defaults(fn=cmd_keys)
 
     pr = sub.add_parser("project", help="projects")
     psub = pr.add_subparsers(dest="project_cmd", required=True)
     pc = psub.add_parser("create")
     _add_data(pc)
-    pc.add_argument("--org", required=True)
+    pc.add_argument("--org", required=True, type=_uuid_arg)
     pc.add_argument("--name", required=True)
     pr.set_defaults(fn=cmd_project)
 
@@ -248,7 +283,7 @@ def parser() -> argparse.ArgumentParser:
     plsub = pl.add_subparsers(dest="plan_cmd", required=True)
     ps = plsub.add_parser("set")
     _add_data(ps)
-    ps.add_argument("org")
+    ps.add_argument("org", type=_uuid_arg)
     ps.add_argument("plan", help="starter, growth or scale")
     pl.set_defaults(fn=cmd_plan)
 
@@ -258,7 +293,7 @@ def parser() -> argparse.ArgumentParser:
     _add_data(uc)
     uc.add_argument("--email", required=True)
     uc.add_argument("--password")
-    uc.add_argument("--org")
+    uc.add_argument("--org", type=_uuid_arg)
     uc.add_argument("--role", default="developer", choices=[r.value for r in Role])
     u.set_defaults(fn=cmd_user)
 

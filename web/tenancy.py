@@ -88,13 +88,18 @@ async def create_org(store: LmdbStore, name: str, plan: Plan, random: Random,
     return org
 
 
+MIN_PASSWORD = 10
+MAX_PASSWORD = 1000  # the sign-in form reads at most this many characters
+
+
 async def create_user(store: LmdbStore, email: str, password: str, random: Random,
                       now_ms: int) -> User:
     email = normalize_email(email)
     if "@" not in email or len(email) > 254:
         raise ValidationError("a valid e-mail address is needed", field="email")
-    if len(password) < 10:
-        raise ValidationError("a password has at least 10 characters", field="password")
+    if not MIN_PASSWORD <= len(password) <= MAX_PASSWORD:
+        raise ValidationError(f"a password has {MIN_PASSWORD} to {MAX_PASSWORD} characters "
+                              "(sign-in reads no more)", field="password")
     user = User(id=new_id(random(16)), email=email, password_hash=hash_password(password),
                 created_at_ms=now_ms)
     await store.create_user(user)

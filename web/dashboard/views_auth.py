@@ -24,8 +24,7 @@ from svc_engine.sessions import new_session, token_hash
 from web import tenancy
 from web.dashboard.context import HOME, Dashboard, Viewer, safe_next, see_other
 
-MIN_PASSWORD = 10
-MAX_PASSWORD = 1000
+MIN_PASSWORD, MAX_PASSWORD = tenancy.MIN_PASSWORD, tenancy.MAX_PASSWORD
 
 
 def register(dash: Dashboard) -> None:
