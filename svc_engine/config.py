@@ -7,8 +7,10 @@ Precedence: command-line flag, then environment variable, then default.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -49,6 +51,13 @@ def _csv(v: str) -> tuple[str, ...]:
 
 def _opt(v: str) -> str | None:
     return v or None
+
+
+def _cidrs(v: str) -> tuple[str, ...]:
+    out = _csv(v)
+    for cidr in out:
+        ipaddress.ip_network(cidr, strict=False)  # a ValueError names it
+    return out
 
 
 def _token(v: str) -> str | None:
@@ -100,7 +109,7 @@ SETTINGS: tuple[Setting, ...] = (
             "e.g. X-Forwarded-For"),
     Setting("certfile", "SVC_CERTFILE", None, _opt, "TLS certificate (PEM) to serve HTTPS"),
     Setting("keyfile", "SVC_KEYFILE", None, _opt, "TLS private key (PEM) to serve HTTPS"),
-    Setting("webhook_allow_cidrs", "SVC_WEBHOOK_ALLOW_CIDRS", (), _csv,
+    Setting("webhook_allow_cidrs", "SVC_WEBHOOK_ALLOW_CIDRS", (), _cidrs,
             "comma-separated CIDRs webhook endpoints may resolve to despite the private-"
             "address guard"),
     Setting("webhook_ca_bundle", "SVC_WEBHOOK_CA_BUNDLE", None, _opt,
@@ -156,8 +165,20 @@ class Config:
         return f"{scheme}://{self.host}:{self.port}"
 
 
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+_RANGES: dict[str, tuple[float, float | None]] = {
+    "port": (0, 65535), "map_size": (1 << 20, None), "max_body_bytes": (1, None),
+    "max_in_flight": (1, None), "max_lag_ms": (0, None), "max_connections": (1, None),
+    "body_timeout_s": (1, None), "rate_limit_per_client": (0, None),
+    "rate_limit_per_key": (0, None), "event_retention_days": (0, None),
+    "shutdown_grace_s": (0, None), "webhook_retry_scale": (1e-6, None),
+}
+"""The values a number setting may take (inclusive; None: no upper bound)."""
+
+
 def load(env: Mapping[str, str], overrides: Mapping[str, Any]) -> Config:
-    """Build a Config from environment variables and explicit overrides (flags)."""
+    """Build a Config from environment variables and explicit overrides (flags);
+    a value a setting cannot take is a ValidationError naming the setting."""
     values: dict[str, Any] = {}
     for s in SETTINGS:
         if overrides.get(s.name) is not None:
@@ -169,4 +190,35 @@ def load(env: Mapping[str, str], overrides: Mapping[str, Any]) -> Config:
                 raise ValidationError(f"{s.env}: {e}", field=s.env) from None
         else:
             values[s.name] = s.default
+    _check(values)
     return Config(**values)
+
+
+def _check(values: Mapping[str, Any]) -> None:
+    env = {s.name: s.env for s in SETTINGS}
+    for name, (low, high) in _RANGES.items():
+        v = values[name]
+        if not low <= v or (high is not None and v > high):
+            bound = f"{low:g} to {high:g}" if high is not None else f"at least {low:g}"
+            raise ValidationError(f"{env[name]}: {v} is not {bound}", field=env[name])
+    if values["log_level"].lower() not in _LOG_LEVELS:
+        raise ValidationError(f"SVC_LOG_LEVEL: {values['log_level']!r} is not one of "
+                              f"{', '.join(_LOG_LEVELS)}", field="SVC_LOG_LEVEL")
+    if bool(values["certfile"]) != bool(values["keyfile"]):
+        raise ValidationError("SVC_CERTFILE and SVC_KEYFILE go together: set both to serve "
+                              "HTTPS, or neither", field="SVC_KEYFILE")
+    url = values["public_url"]
+    if url is not None and not _is_public_url(url):
+        raise ValidationError(f"SVC_PUBLIC_URL: {url!r} is not an http(s) URL such as "
+                              "https://go.example.com", field="SVC_PUBLIC_URL")
+
+
+def _is_public_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a ValueError when it is no port
+    except ValueError:
+        return False
+    return (parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+            and parts.username is None and not parts.query and not parts.fragment
+            and not any(c.isspace() for c in url))

@@ -599,6 +599,32 @@ def test_the_service_says_so_when_its_port_is_taken(tmp_path: Any) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(("env", "said"), [
+    ({"SVC_CERTFILE": "/nonexistent/cert.pem", "SVC_KEYFILE": "/nonexistent/key.pem"},
+     "svc: validation_error: SVC_CERTFILE/SVC_KEYFILE: cannot load /nonexistent/cert.pem"),
+    ({"SVC_WEBHOOK_CA_BUNDLE": "/nonexistent/ca.pem"},
+     "svc: validation_error: SVC_WEBHOOK_CA_BUNDLE: cannot load /nonexistent/ca.pem"),
+    ({"SVC_GEOIP_DB": "/nonexistent/country.mmdb"},
+     "svc: validation_error: SVC_GEOIP_DB: cannot read /nonexistent/country.mmdb"),
+    ({"SVC_LOG_LEVEL": "verbose"}, "svc: validation_error: SVC_LOG_LEVEL: 'verbose'"),
+    ({"SVC_CERTFILE": "/nonexistent/cert.pem"},
+     "svc: validation_error: SVC_CERTFILE and SVC_KEYFILE go together"),
+])
+def test_the_service_refuses_a_setting_it_cannot_use_in_one_line(
+        tmp_path: Any, env: dict[str, str], said: str) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "web.cli", "serve", "--port", "0", "--data",
+         str(tmp_path / "data")], capture_output=True, text=True, timeout=60,
+        env={**os.environ, **env})
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(said), done.stderr
+    assert not (tmp_path / "data").exists()  # refused before anything was made
+
+
 def test_the_service_says_so_when_it_cannot_map_its_store(tmp_path: Any) -> None:
     """The default map (256 GiB of address space) under an address-space
     limit of 8 GiB: one line naming the setting, no traceback, exit 1; the

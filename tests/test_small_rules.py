@@ -68,6 +68,38 @@ def test_config_precedence_and_parsing() -> None:
         config_mod.load({"SVC_PORT": "eighty"}, {})
 
 
+@pytest.mark.parametrize(("env", "named"), [
+    ({"SVC_PORT": "99999"}, "SVC_PORT"),
+    ({"SVC_PORT": "-1"}, "SVC_PORT"),
+    ({"SVC_MAX_CONNECTIONS": "-1"}, "SVC_MAX_CONNECTIONS"),
+    ({"SVC_MAX_IN_FLIGHT": "0"}, "SVC_MAX_IN_FLIGHT"),
+    ({"SVC_SHUTDOWN_GRACE": "-5"}, "SVC_SHUTDOWN_GRACE"),
+    ({"SVC_BODY_TIMEOUT": "0"}, "SVC_BODY_TIMEOUT"),
+    ({"SVC_MAP_SIZE": "1K"}, "SVC_MAP_SIZE"),
+    ({"SVC_LOG_LEVEL": "verbose"}, "SVC_LOG_LEVEL"),
+    ({"SVC_CERTFILE": "/etc/cert.pem"}, "SVC_KEYFILE"),
+    ({"SVC_KEYFILE": "/etc/key.pem"}, "SVC_KEYFILE"),
+    ({"SVC_PUBLIC_URL": "notaurl"}, "SVC_PUBLIC_URL"),
+    ({"SVC_PUBLIC_URL": "ftp://go.example.com"}, "SVC_PUBLIC_URL"),
+    ({"SVC_PUBLIC_URL": "https://go.example.com:99999"}, "SVC_PUBLIC_URL"),
+    ({"SVC_WEBHOOK_ALLOW_CIDRS": "10.0.0.0/8,notacidr"}, "SVC_WEBHOOK_ALLOW_CIDRS"),
+])
+def test_a_value_a_setting_cannot_take_is_refused_naming_it(env: dict[str, str],
+                                                            named: str) -> None:
+    with pytest.raises(errors.ValidationError) as info:
+        config_mod.load(env, {})
+    assert info.value.field == named and named in info.value.message
+    with pytest.raises(errors.ValidationError):  # a flag is checked as its variable is
+        config_mod.load({}, {"port": 70000})
+
+
+def test_values_at_the_edges_are_taken() -> None:
+    cfg = config_mod.load({"SVC_PORT": "0", "SVC_MAX_LAG_MS": "0", "SVC_LOG_LEVEL": "WARNING",
+                           "SVC_PUBLIC_URL": "https://go.example.com/links",
+                           "SVC_WEBHOOK_ALLOW_CIDRS": "10.0.0.0/8, fd00::/8"}, {})
+    assert cfg.port == 0 and cfg.webhook_allow_cidrs == ("10.0.0.0/8", "fd00::/8")
+
+
 def test_config_fields_match_settings_table() -> None:
     import attrs
     names = [f.name for f in attrs.fields(config_mod.Config)]

@@ -90,6 +90,16 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return out
 
 
+def _port_arg(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port (0 to 65535): {value!r}")
+    return port
+
+
 def _uuid_arg(value: str) -> str:
     """An organization, project or key ID on the command line."""
     if not is_uuid(value):
@@ -314,7 +324,7 @@ def parser() -> argparse.ArgumentParser:
     wl = whsub.add_parser("listen", help="a sample receiver that verifies and prints "
                           "each delivery (401 on a bad signature or timestamp)")
     wl.add_argument("--secret", required=True, help="the endpoint's whsec_ signing secret")
-    wl.add_argument("--port", type=int, default=9000)
+    wl.add_argument("--port", type=_port_arg, default=9000)
     wl.add_argument("--host", default="127.0.0.1")
     wh.set_defaults(fn=cmd_webhooks)
     return p

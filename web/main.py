@@ -19,8 +19,10 @@ import contextlib
 import gc
 import json
 import logging
+import os
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Awaitable, Callable
 
@@ -28,14 +30,15 @@ import attrs
 import trio
 
 from actors.clock import Clock, SystemClock
+from actors.webhook_sender import ssl_context
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
-from svc_engine.errors import MapUnavailable
+from svc_engine.errors import MapUnavailable, ValidationError
 from web import fd_limit, logs, serve_lock, tenancy, useragent
 from web.assembly import build_front, start_services
 from web.front import Front
 from web.metrics_sources import server_metrics
-from web.server import HttpServer, ListenFailed, ServerSettings
+from web.server import HttpServer, ListenFailed, ServerSettings, tls_context
 from web.services import system_random
 
 log = logging.getLogger("svc")
@@ -159,7 +162,31 @@ async def _serve_http(front: Front, config: Config, stop: trio.Event, *,
     await server.serve(stop, task_status=task_status)
 
 
+def check_files(config: Config) -> None:
+    """The files the settings name load, before anything starts: a TLS pair, a
+    CA bundle for webhooks, a country database. ValidationError naming the
+    setting otherwise (``svc: validation_error: ...``, exit 2)."""
+    if config.certfile and config.keyfile:
+        try:
+            tls_context(ServerSettings(host=config.host, port=config.port,
+                                        certfile=config.certfile, keyfile=config.keyfile))
+        except (OSError, ssl.SSLError) as e:
+            raise ValidationError(f"SVC_CERTFILE/SVC_KEYFILE: cannot load {config.certfile} "
+                                  f"and {config.keyfile}: {e}", field="SVC_CERTFILE") from None
+    if config.webhook_ca_bundle:
+        try:
+            ssl_context(config.webhook_ca_bundle)
+        except (OSError, ssl.SSLError) as e:
+            raise ValidationError(f"SVC_WEBHOOK_CA_BUNDLE: cannot load "
+                                  f"{config.webhook_ca_bundle}: {e}",
+                                  field="SVC_WEBHOOK_CA_BUNDLE") from None
+    if config.geoip_db and not os.access(config.geoip_db, os.R_OK):
+        raise ValidationError(f"SVC_GEOIP_DB: cannot read {config.geoip_db}",
+                              field="SVC_GEOIP_DB")
+
+
 def run(config: Config, *, bootstrap: bool = False) -> None:
+    check_files(config)
     # The handlers only say why; the exit is raised after the try. Raised in an
     # ``except*`` block, Python 3.11.0-3.11.3 wrap it in an exception group
     # (gh-103590), which prints a traceback under the one line.

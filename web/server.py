@@ -102,7 +102,7 @@ class HttpServer:
         self.closing = False
         self.connections: set[Connection] = set()
         self.date = _Date()
-        self.ssl_context = _ssl_context(settings) if settings.certfile else None
+        self.ssl_context = tls_context(settings) if settings.certfile else None
         self.scheme = "https" if self.ssl_context else "http"
 
     async def serve(self, stop: trio.Event, *,
@@ -239,7 +239,7 @@ def _bind_name(scheme: str, sockaddr: Any) -> str:
     return f"{scheme}://{shown}:{port}"
 
 
-def _ssl_context(settings: ServerSettings) -> ssl.SSLContext:
+def tls_context(settings: ServerSettings) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     assert settings.certfile is not None
