@@ -17,13 +17,20 @@ import trio
 
 from storage import layout
 from storage.codec import decode, encode
+from storage.data_file import RESTORE, cut_short
 from storage.decode_cache import DecodeCache
 from storage.file_ahead import FileAhead
 from storage.schema import migrate
 from storage.writer import Op, Pending, Writer, after_commit
 from svc_engine.config import DEFAULT_MAP_SIZE
 from svc_engine.deadlines import Deadline
-from svc_engine.errors import Conflict, MapUnavailable, NotFound, ValidationError
+from svc_engine.errors import (
+    Conflict,
+    MapUnavailable,
+    NotFound,
+    StoreDamaged,
+    ValidationError,
+)
 from svc_engine.idempotency import StoredResponse
 from svc_engine.keys import ApiKey
 from svc_engine.outbox import OutboxEvent
@@ -38,6 +45,8 @@ class LmdbStore:
                  inline_commit: bool = False):
         os.makedirs(path, exist_ok=True)
         self.path = path
+        if (why := cut_short(path)) is not None:
+            raise StoreDamaged(f"{why}; {RESTORE}")
         try:
             self.env = lmdb.open(
                 path,

@@ -33,8 +33,10 @@ three branches, and which branch an error is on decides who sees it::
         │   │                      failed (a full disk, a failing device): retry
         │   │                      later, same Idempotency-Key (carries retry_after)
         │   ├── StoreFull              the LMDB map is full (see README: SVC_MAP_SIZE)
-        │   └── MapUnavailable         the map (SVC_MAP_SIZE) cannot be reserved at
-        │                              open: a command refuses to start, saying why
+        │   ├── MapUnavailable         the map (SVC_MAP_SIZE) cannot be reserved at
+        │   │                          open: a command refuses to start, saying why
+        │   └── StoreDamaged           data.mdb is shorter than its store (cut short):
+        │                              a command refuses to open it, saying why
         ├── Overloaded             503 overloaded: admission limit reached
         └── ActorFailed            the owning actor crashed while serving the request
 
@@ -225,6 +227,12 @@ class MapUnavailable(StorageUnavailable):
     """The store could not be opened: the process cannot reserve address
     space for its map (SVC_MAP_SIZE), usually under a lower ``ulimit -v``.
     Raised before anything is served, never to a request."""
+
+
+class StoreDamaged(StorageUnavailable):
+    """``data.mdb`` is shorter than the store its newest commit describes;
+    LMDB would die of SIGBUS reading past its end (storage/data_file.py).
+    Raised before the file is mapped, never to a request."""
 
 
 class Overloaded(InternalError):

@@ -22,6 +22,7 @@ from svc_engine.errors import (
     Conflict,
     MapUnavailable,
     StorageUnavailable,
+    StoreDamaged,
     StoreFull,
     ValidationError,
 )
@@ -405,6 +406,36 @@ async def test_duplicate_creation_is_a_conflict(store: LmdbStore) -> None:
     with pytest.raises(Conflict):
         await store.create_org(org)
     assert store.get_org(org.id) == org
+
+
+@pytest.mark.parametrize("keep", [5_000, 8_192, 40_000])
+def test_a_data_file_cut_short_is_refused_before_it_is_mapped(
+        tmp_path: os.PathLike[str], keep: int) -> None:
+    """Reading a page past the end of a mapped file is SIGBUS (the process
+    dies without a word): a copy cut short is refused, by the store and by
+    `svc doctor`, with what to do. The whole file still opens."""
+    from web.doctor import diagnose
+
+    whole = os.path.join(str(tmp_path), "whole")
+    s = LmdbStore(whole, map_size=64 << 20)
+    with s.env.begin(write=True) as txn:
+        for i in range(2_000):
+            txn.put(b"k%06d" % i, b"v" * 100, db=s.db(b"meta"))
+    s.close()
+    cut = os.path.join(str(tmp_path), "cut")
+    os.makedirs(cut)
+    with open(os.path.join(whole, "data.mdb"), "rb") as src, \
+            open(os.path.join(cut, "data.mdb"), "wb") as dst:
+        dst.write(src.read(keep))
+    with pytest.raises(StoreDamaged, match=f"data.mdb is {keep:,} bytes, but the store it "
+                                           "holds needs .*restore the data directory"):
+        LmdbStore(cut, map_size=64 << 20)
+    [finding] = diagnose(cut, 0, 64 << 20)
+    assert (finding.check, finding.verdict) == ("data dir", "fail")
+    assert "cut short" in finding.detail and "svc backup" in finding.remedy
+    LmdbStore(whole, map_size=64 << 20).close()
+    assert all(f.verdict != "fail" or f.check == "disk space"
+               for f in diagnose(whole, 0, 64 << 20))
 
 
 def test_a_map_the_process_cannot_reserve_is_a_clear_error(tmp_path: os.PathLike[str]) -> None:

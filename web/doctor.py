@@ -38,6 +38,7 @@ import cbor2
 import lmdb
 
 from storage import flush_probe, layout
+from storage.data_file import RESTORE, cut_short
 from storage.schema import SCHEMA_VERSION
 
 WARN_FULL = 0.80
@@ -69,6 +70,8 @@ def diagnose(path: str, now_ms: int, map_size: int, *, disk: bool = False) -> li
     if not os.path.exists(os.path.join(path, "data.mdb")):
         return [Finding("data dir", "fail", f"no LMDB data in {path}",
                         "check --data / SVC_DATA_DIR, or start the service once to create it")]
+    if (why := cut_short(path)) is not None:  # mapping it would die of SIGBUS
+        return [Finding("data dir", "fail", why, RESTORE)]
     try:
         env = lmdb.open(path, readonly=True, lock=True, max_dbs=len(layout.DATABASES) + 16,
                         subdir=True)

@@ -33,7 +33,7 @@ from actors.clock import Clock, SystemClock
 from actors.webhook_sender import ssl_context
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
-from svc_engine.errors import MapUnavailable, ValidationError
+from svc_engine.errors import MapUnavailable, StoreDamaged, ValidationError
 from web import fd_limit, logs, serve_lock, tenancy, useragent
 from web.assembly import build_front, start_services
 from web.front import Front
@@ -201,7 +201,7 @@ def run(config: Config, *, bootstrap: bool = False) -> None:
         print(f"svc: {failed} (is another svc running? SVC_PORT or --port "
               "choose another port)", file=sys.stderr, flush=True)
         refused = True
-    except* (serve_lock.DataDirBusy, MapUnavailable) as group:
+    except* (serve_lock.DataDirBusy, MapUnavailable, StoreDamaged) as group:
         print(f"svc: {group.exceptions[0]}", file=sys.stderr, flush=True)
         refused = True
     if refused:
