@@ -123,6 +123,33 @@ def test_slow_body_gets_408_and_others_are_served(server_factory: type[ServerPro
     assert b"request_timeout" in answer
 
 
+def test_slow_bodies_do_not_fill_the_in_flight_cap(server_factory: type[ServerProcess]
+                                                   ) -> None:
+    """The cap bounds the work done at once; a request waiting for its body
+    is not counted, so three slow bodies against a cap of 3 turn nobody
+    away (they once made every request, /healthz too, 503 until their
+    timeout)."""
+    srv = server_factory(env={"SVC_MAX_IN_FLIGHT": "3", "SVC_BODY_TIMEOUT": "20"}).start()
+    key = srv.info["keys"]["pk_test"]
+    slow = [socket.create_connection(("127.0.0.1", _port(srv)), timeout=5) for _ in range(3)]
+    try:
+        for s in slow:  # each handler asks for the body: "100 Continue" says it waits
+            s.sendall(b"POST /v1/sdk/init HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                      b"Authorization: Bearer " + key.encode() + b"\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+        for s in slow:
+            assert s.recv(100).startswith(b"HTTP/1.1 100 ")
+            s.sendall(b"{")
+        with srv.client("sk_test") as c:
+            for _ in range(5):
+                assert c.get("/healthz").status_code == 200
+                assert c.get("/v1/deferred/settings").status_code == 200
+                assert c.get("/no-such-slug").status_code == 404
+    finally:
+        for s in slow:
+            s.close()
+
+
 def test_slowloris_headers_are_cut_off(shared: ServerProcess) -> None:
     srv = shared
     with socket.create_connection(("127.0.0.1", _port(srv)), timeout=10) as s:

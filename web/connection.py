@@ -188,7 +188,7 @@ class Connection:
             if idle.cancelled_caught or head is None:
                 return  # idle too long, headers too slow, closed, or shutting down
             self._begin(head)
-            if server.shedding:
+            if server.shedding and head.target != b"/healthz":  # liveness: busy, not dead
                 if not await self._shed():
                     return
             elif not await self._respond(head):

@@ -81,8 +81,8 @@ class Front:
         if self.dashboard is not None and (path == "/dashboard" or path.startswith("/dashboard/")):
             await self._dashboard(scope, receive, send, start)
             return
-        req = Request(scope, receive)
-        if self.in_flight >= self.max_in_flight:
+        req = Request(scope, self._receive_aside(receive))
+        if self.in_flight >= self.max_in_flight and path != "/healthz":
             resp = error_response(Overloaded("the service is at capacity; retry shortly"))
         else:
             self.in_flight += 1
@@ -92,6 +92,22 @@ class Front:
                 self.in_flight -= 1
         await resp.send(send, head=req.method == "HEAD")
         self._log(scope, resp.status, start)
+
+    def _receive_aside(self, receive: Receive) -> Receive:
+        """``receive`` for a request handled under the in-flight cap: while it
+        waits for body bytes from its client, it is not counted (the cap
+        bounds the work the service does at once; a client sending its body
+        slowly is bounded by SVC_BODY_TIMEOUT and the connection cap), so
+        slow bodies cannot fill the cap and turn every request away."""
+
+        async def aside() -> dict[str, Any]:
+            self.in_flight -= 1
+            try:
+                return await receive()
+            finally:
+                self.in_flight += 1
+
+        return aside
 
     async def _dashboard(self, scope: Scope, receive: Receive, send: Send, start: float) -> None:
         """The Quart-Trio dashboard, under the same admission limit, with its
