@@ -24,7 +24,7 @@ import cbor2
 import lmdb
 
 from storage import layout
-from svc_engine.events import CounterKey, add_amount
+from svc_engine.events import CounterKey, add_amount, exact_sum
 
 Delta = int | decimal.Decimal
 
@@ -38,11 +38,13 @@ class CounterBatch:
 
     def add(self, db: Any, key: bytes, delta: Delta) -> None:
         k = (db, key)
-        self._op[k] = self._op.get(k, 0) + delta
+        before = self._op.get(k, 0)
+        self._op[k] = before + delta if type(delta) is int else exact_sum(before, delta)
 
     def keep_op(self) -> None:
         for k, d in self._op.items():
-            self._kept[k] = self._kept.get(k, 0) + d
+            before = self._kept.get(k, 0)
+            self._kept[k] = before + d if type(d) is int else exact_sum(before, d)
         self._op.clear()
 
     def drop_op(self) -> None:

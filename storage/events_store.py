@@ -74,7 +74,7 @@ from storage.lmdb_store import LmdbStore
 from storage.writer import Op
 from svc_engine.errors import InstallNotFound
 from svc_engine.event_payloads import conversion_data
-from svc_engine.events import conversion_counter_keys, revenue_counter_keys
+from svc_engine.events import conversion_counter_keys, exact_sum, revenue_counter_keys
 from svc_engine.keys import Mode
 from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.store import IdemWrite
@@ -294,7 +294,8 @@ def _sums(events: NewEvents, new: range | list[int],
         paying = list(filter(None, found)) if found is not None else []
         currencies = set(map(operator.itemgetter(0), paying))
         if len(currencies) <= 1:
-            totals = {(link, day, currency): sum(map(operator.itemgetter(1), paying), _ZERO)
+            totals = {(link, day, currency): functools.reduce(
+                exact_sum, map(operator.itemgetter(1), paying), _ZERO)
                       for currency in currencies}
             return groups, totals
     days = list(map(operator.floordiv, times, itertools.repeat(_DAY_MS)))
@@ -310,7 +311,7 @@ def _sums(events: NewEvents, new: range | list[int],
         for link, day_, revenue in paid:
             if revenue is not None:
                 key = (link, day_, revenue[0])
-                amounts[key] = amounts.get(key, _ZERO) + revenue[1]
+                amounts[key] = exact_sum(amounts.get(key, _ZERO), revenue[1])
     return groups, amounts
 
 

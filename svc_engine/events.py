@@ -132,6 +132,13 @@ def revenue(properties: Mapping[str, object]) -> tuple[str, decimal.Decimal] | N
     return currency, value
 
 
+def exact_sum(a: int | decimal.Decimal, b: int | decimal.Decimal) -> decimal.Decimal:
+    """``a + b`` with the 60 digits a stored total keeps (``add_amount``), not
+    the 28 of the default context: the same amounts give the same total
+    however they were batched."""
+    return _DECIMAL.add(decimal.Decimal(a), decimal.Decimal(b))
+
+
 def add_amount(total: str, amount: decimal.Decimal) -> str:
     """A stored decimal-string total plus ``amount``, as a plain decimal string."""
     result = _DECIMAL.add(decimal.Decimal(total), amount)

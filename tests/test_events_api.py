@@ -271,6 +271,24 @@ async def test_revenue_per_currency_and_link_scope(ev: Events) -> None:
     assert funnel["conversions"] == 4 and funnel["linkId"] == lid
 
 
+async def test_revenue_totals_do_not_depend_on_how_events_were_batched(ev: Events) -> None:
+    """Sums kept with 60 digits, in a batch as across batches: the same
+    amounts give the same total (28 digits once dropped the small one)."""
+    big, small = "123456789012.5", "1.5e-17"
+    together = [event("buy", at=ev.at(2), revenue=float(big), currency="GBP"),
+                event("buy", at=ev.at(2), revenue=float(small), currency="GBP")]
+    assert (await ev.send(together))[0] == 200
+    for amount in (big, small):
+        assert (await ev.send([event("buy", at=ev.at(3), revenue=float(amount),
+                                     currency="SEK")]))[0] == 200
+    async with ev.app.client("sk_test") as c:
+        day = {d: (await c.get("/v1/analytics/summary", params={"from": ev.at(d)[:10],
+                                                                 "to": ev.at(d)[:10]})
+                   ).json()["conversions"]["revenue"] for d in (2, 3)}
+    assert day[2]["GBP"] == day[3]["SEK"], day
+    assert day[2]["GBP"].rstrip("0").endswith("500000000000000015"), day
+
+
 async def test_outbox_gets_a_conversion_per_new_event_when_an_endpoint_exists(
         store: Any) -> None:
     from storage import layout
