@@ -89,8 +89,8 @@ def parse_day_range(first: str | None, last: str | None, *, now_ms: int,
                     max_days: int | None = MAX_RANGE_DAYS) -> DayRange:
     """The ``from`` and ``to`` query parameters as a :class:`DayRange`."""
     end = _parse_day(last, "to") if last else dt.date.fromisoformat(utc_day(now_ms))
-    start = (_parse_day(first, "from") if first
-             else end - dt.timedelta(days=DEFAULT_RANGE_DAYS - 1))
+    start = (_parse_day(first, "from") if first  # the default: 30 days, none before 1970
+             else max(end - dt.timedelta(days=DEFAULT_RANGE_DAYS - 1), dt.date(1970, 1, 1)))
     if start > end:
         raise ValidationError("from: must not be after to", field="from")
     if start < dt.date(1970, 1, 1):

@@ -31,6 +31,9 @@ def test_day_range_defaults_to_thirty_days_ending_today() -> None:
     r = parse_day_range(None, None, now_ms=NOW)
     assert r.last == "2026-09-21" and len(r.days()) == 30 and r.first == "2026-08-23"
     assert r.end_ms - r.start_ms == 30 * 86_400_000
+    # a `to` in early 1970 alone: the default start stops at the epoch, no error
+    early = parse_day_range(None, "1970-01-05", now_ms=NOW)
+    assert (early.first, early.last) == ("1970-01-01", "1970-01-05")
 
 
 @pytest.mark.parametrize(("first", "last", "field"), [
