@@ -228,32 +228,61 @@ class LinksStore:
             raise NotFound(f"no link {link_id}")
         return link
 
-    async def add_domain(self, project_id: str, domain: str, reserved: set[str]) -> None:
-        def op(txn: lmdb.Transaction) -> None:
+    async def add_domain(self, project_id: str, domain: str, reserved: set[str],
+                         idem: IdemWrite | None = None) -> tuple[str, ...]:
+        """Claim ``domain`` for the project; its custom domains after, read in
+        the same transaction (the answer an Idempotency-Key replays)."""
+        def op(txn: lmdb.Transaction) -> tuple[str, ...]:
             if domain in reserved:
                 raise InvalidDomain(f"{domain} is the service's own domain")
             pid = layout.uid(project_id)
             if not txn.put(domain.encode(), pid, db=self._domains, overwrite=False):
                 raise InvalidDomain(f"{domain} is already in use")
             txn.put(pid + domain.encode(), b"", db=self._domains_by_project)
+            return self._recorded(txn, pid, idem)
 
-        await self.store.write(op)
+        return await self.store.write(op)  # type: ignore[no-any-return]
 
-    async def remove_domain(self, project_id: str, domain: str) -> None:
-        def op(txn: lmdb.Transaction) -> None:
+    async def remove_domain(self, project_id: str, domain: str,
+                            idem: IdemWrite | None = None) -> tuple[str, ...]:
+        def op(txn: lmdb.Transaction) -> tuple[str, ...]:
             pid = layout.uid(project_id)
             raw = txn.get(domain.encode(), db=self._domains)
             if raw is None or bytes(raw) != pid:
                 raise NotFound(f"no domain {domain} in this project")
             txn.delete(domain.encode(), db=self._domains)
             txn.delete(pid + domain.encode(), db=self._domains_by_project)
+            return self._recorded(txn, pid, idem)
 
-        await self.store.write(op)
+        return await self.store.write(op)  # type: ignore[no-any-return]
+
+    def _recorded(self, txn: lmdb.Transaction, pid: bytes,
+                  idem: IdemWrite | None) -> tuple[str, ...]:
+        """The project's custom domains as this transaction sees them, recorded
+        as the write's answer."""
+        cur = txn.cursor(db=self._domains_by_project)
+        found = []
+        ok = cur.set_range(pid)
+        while ok and bytes(cur.key()).startswith(pid):
+            found.append(bytes(cur.key())[len(pid):].decode())
+            ok = cur.next()
+        custom = tuple(found)
+        self.store.record_response(txn, idem, custom)
+        return custom
 
     async def put_platforms(self, project_id: str, platforms: Platforms,
                             idem: IdemWrite | None) -> Platforms:
+        return await self.patch_platforms(project_id, lambda _: platforms, idem)
+
+    async def patch_platforms(self, project_id: str, patch: Callable[[Platforms], Platforms],
+                              idem: IdemWrite | None) -> Platforms:
+        """``patch`` applied to the stored platforms inside the write (a patch
+        read outside it would undo another one committed between)."""
         def op(txn: lmdb.Transaction) -> Platforms:
-            txn.put(layout.uid(project_id), encode(platforms), db=self._platforms)
+            key = layout.uid(project_id)
+            raw = txn.get(key, db=self._platforms)
+            platforms = patch(decode(Platforms, bytes(raw)) if raw is not None else Platforms())
+            txn.put(key, encode(platforms), db=self._platforms)
             self.store.record_response(txn, idem, platforms)
             return platforms
 

@@ -202,3 +202,44 @@ async def test_custom_domain_serves_only_its_project(app: App) -> None:
     assert [d["appIDs"] for d in mine["applinks"]["details"]] == [["ZZZZZ99999.com.other.app"]]
     assert len(shared["applinks"]["details"]) == 2
     assert other.id
+
+
+async def test_domain_writes_honour_the_idempotency_key(app: App) -> None:
+    """A retry whose first answer was lost gets that answer again, not
+    "already in use" (add) or 404 (remove); the key with another body is 409."""
+    await app.services.store.set_plan(app.org_id, Plan.SCALE)
+    async with app.client("sk_test") as c:
+        first = await c.post("/v1/domains", json={"domain": "go.example.net"},
+                             headers={"idempotency-key": "dom-1"})
+        again = await c.post("/v1/domains", json={"domain": "go.example.net"},
+                             headers={"idempotency-key": "dom-1"})
+        other = await c.post("/v1/domains", json={"domain": "b.example.net"},
+                             headers={"idempotency-key": "dom-1"})
+        assert first.status_code == 201 and first.json()["custom"] == ["go.example.net"]
+        assert (again.status_code, again.content) == (201, first.content)
+        assert again.headers["idempotent-replayed"] == "true"
+        assert other.status_code == 409
+        gone = await c.delete("/v1/domains/go.example.net", headers={"idempotency-key": "dom-2"})
+        gone_again = await c.delete("/v1/domains/go.example.net",
+                                    headers={"idempotency-key": "dom-2"})
+        assert gone.status_code == 200 and gone.json()["custom"] == []
+        assert (gone_again.status_code, gone_again.content) == (200, gone.content)
+        assert (await c.get("/v1/domains")).json()["custom"] == []
+
+
+async def test_platform_patches_sent_together_all_land(app: App) -> None:
+    """Each PATCH is applied to the platforms as stored inside its write: three
+    at once, each to another section, all keep their change."""
+    import trio
+
+    patches = [{"android": {"packageName": "com.example.a"}},
+               {"web": {"fallbackUrl": "https://example.com/w"}},
+               {"ios": {"bundleId": "com.example.i"}}]
+    async with app.client("sk_test") as c:
+        async with trio.open_nursery() as n:
+            for body in patches:
+                n.start_soon(lambda body=body: c.patch("/v1/platforms", json=body))
+        now = (await c.get("/v1/platforms")).json()
+    assert now["android"]["packageName"] == "com.example.a"
+    assert now["web"]["fallbackUrl"] == "https://example.com/w"
+    assert now["ios"]["bundleId"] == "com.example.i"

@@ -34,7 +34,7 @@ from svc_engine.plans import QUOTAS
 from svc_engine.platforms import Platforms, apply_platforms_patch
 from web.auth import KeyContext
 from web.http import Request, Response, json_response
-from web.idem import IdemSlot, json_render
+from web.idem import IdemSlot, Render, json_render
 
 if TYPE_CHECKING:
     from web.api import Api
@@ -168,20 +168,39 @@ def register(api: Api) -> None:
         ctx = api.server_auth(req)
         return json_response(200, domains_json(ctx.project.id))
 
+    def domains_render(status: int) -> Render:
+        render = json_render(status)
+        return lambda custom: render({"default": services.default_domain, "custom": custom})
+
     async def add_domain(req: Request) -> Response:
         ctx = api.server_auth(req)
+        body = await req.body(api.max_body)
         data = await req.json(api.max_body)
         if not isinstance(data, dict) or set(data) != {"domain"}:
             raise ValidationError('send {"domain": "go.example.com"}', field="domain")
         domain = normalize_domain(data["domain"])
         own = services.default_domain.rsplit(":", 1)[0]
-        await services.links.add_domain(ctx.project.id, domain, {own, services.default_domain})
-        return json_response(201, domains_json(ctx.project.id))
+        answer = domains_render(201)
+
+        async def run(slot: IdemSlot) -> Response:
+            custom = await services.links.add_domain(
+                ctx.project.id, domain, {own, services.default_domain}, slot.write(answer))
+            return slot.respond(custom, answer)
+
+        return await api.idem.run(req, ctx.scope, body, run)
 
     async def remove_domain(req: Request) -> Response:
         ctx = api.server_auth(req)
-        await services.links.remove_domain(ctx.project.id, normalize_domain(req.params["domain"]))
-        return json_response(200, domains_json(ctx.project.id))
+        body = await req.body(api.max_body)
+        domain = normalize_domain(req.params["domain"])
+        answer = domains_render(200)
+
+        async def run(slot: IdemSlot) -> Response:
+            custom = await services.links.remove_domain(ctx.project.id, domain,
+                                                        slot.write(answer))
+            return slot.respond(custom, answer)
+
+        return await api.idem.run(req, ctx.scope, body, run)
 
     # -- platforms -----------------------------------------------------------------
 
@@ -202,9 +221,11 @@ def register(api: Api) -> None:
         def answer(v: object) -> tuple[int, str, bytes]:
             return render(platforms_json(v))
 
+        apply_platforms_patch(services.links.platforms(ctx.project.id), data)  # 400s before
+
         async def run(slot: IdemSlot) -> Response:
-            new = apply_platforms_patch(services.links.platforms(ctx.project.id), data)
-            saved = await services.links.put_platforms(ctx.project.id, new, slot.write(answer))
+            saved = await services.links.patch_platforms(
+                ctx.project.id, lambda now: apply_platforms_patch(now, data), slot.write(answer))
             return slot.respond(saved, answer)
 
         return await api.idem.run(req, ctx.scope, body, run)

@@ -193,9 +193,10 @@ PATHS: dict[str, dict[str, Any]] = {
                      write=True, params=(LINK_ID,))},
     "/v1/domains": {
         "get": op("Default and custom link domains", key="server"),
-        "post": op("Add a custom domain", key="server", body=DOMAIN, ok=201)},
+        "post": op("Add a custom domain", key="server", body=DOMAIN, ok=201, errors=(409,),
+                   write=True)},
     "/v1/domains/{domain}": {
-        "delete": op("Remove a custom domain", key="server", errors=(404,),
+        "delete": op("Remove a custom domain", key="server", errors=(404, 409), write=True,
                      params=(path_param("domain", {"type": "string"}),))},
     "/v1/platforms": {
         "get": op("iOS, Android and web settings", key="server", answer=PLATFORMS),

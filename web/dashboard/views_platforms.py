@@ -4,7 +4,7 @@ developers change them (svc_engine/roles.py).
 
 The form is the ``PATCH /v1/platforms`` body with every field (an empty one
 as null), validated by ``apply_platforms_patch`` and saved with
-``LinksStore.put_platforms``, so the rules are the API's. The page shows
+``LinksStore.patch_platforms``, so the rules are the API's. The page shows
 this project's ``apple-app-site-association`` and ``assetlinks.json`` as
 generated now, and where every domain of the project serves them.
 """
@@ -81,13 +81,15 @@ def register(dash: Dashboard) -> None:
         if viewer.project is None:
             return await platforms_page(viewer, status=400, values=values,
                                         error="Create a project first.")
+        patch = patch_of(values)
         try:
-            new = apply_platforms_patch(links.platforms(viewer.project.id), patch_of(values))
+            apply_platforms_patch(links.platforms(viewer.project.id), patch)
         except CallerError as e:
             field, message = field_of(e)
             return await platforms_page(viewer, status=e.status, values=values,
                                         error=message, error_field=field)
-        await links.put_platforms(viewer.project.id, new, None)
+        await links.patch_platforms(viewer.project.id,
+                                    lambda now: apply_platforms_patch(now, patch), None)
         return see_other(url_for("platforms", done="platforms-saved"))
 
 
