@@ -14,6 +14,10 @@ from typing import Any
 Schema = dict[str, Any]
 
 UUID: Schema = {"type": "string", "format": "uuid"}
+INSTALL_ID: Schema = {"type": "string", "format": "uuid",
+                      "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-"
+                                 "[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$",
+                      "description": "a UUID v4, made by the SDK"}
 ERROR: Schema = {
     "type": "object", "required": ["error"],
     "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
@@ -91,7 +95,7 @@ PLATFORMS: Schema = {
 INIT: Schema = {
     "type": "object", "required": ["installId", "isFirstLaunch", "sdkVersion", "platform"],
     "properties": {
-        "installId": UUID, "isFirstLaunch": {"type": "boolean"},
+        "installId": INSTALL_ID, "isFirstLaunch": {"type": "boolean"},
         "sdkVersion": {"type": "string", "minLength": 1, "maxLength": 64},
         "platform": {"type": "string", "maxLength": 32},
         "osVersion": {"type": ["string", "null"], "maxLength": 64},
@@ -99,10 +103,10 @@ INIT: Schema = {
     },
 }
 RESOLVE: Schema = {"type": "object", "required": ["url", "installId"], "properties": {
-    "url": {"type": "string", "maxLength": 2048}, "installId": UUID,
+    "url": {"type": "string", "maxLength": 2048}, "installId": INSTALL_ID,
     "platform": {"type": "string"}}}
 CLAIM: Schema = {"type": "object", "required": ["userId", "installId"], "properties": {
-    "userId": {"type": "string", "minLength": 1, "maxLength": 256}, "installId": UUID}}
+    "userId": {"type": "string", "minLength": 1, "maxLength": 256}, "installId": INSTALL_ID}}
 HANDOFF: Schema = {
     "type": "object", "required": ["userId"], "additionalProperties": False,
     "properties": {"linkId": UUID, "url": {"type": "string"}, "svcToken": {"type": "string"},
@@ -123,10 +127,17 @@ def op(summary: str, *, key: str | None, body: Schema | None = None, ok: int = 2
        answer: Schema | None = None, errors: tuple[int, ...] = (), write: bool = False,
        params: tuple[Schema, ...] = ()) -> dict[str, Any]:
     """One operation. ``key``: "sdk" (publishable), "server" (secret) or None."""
+    statuses = set(errors)
+    if body is not None or params or write:  # a body, a parameter or a key it refuses
+        statuses.add(400)
+    if body is not None:
+        statuses.update((413, 415))  # too large; not application/json
+    if write:
+        statuses.add(409)  # idempotency_key_reused: the key with another request
     o: dict[str, Any] = {"summary": summary, "responses": {
         str(ok): {"description": "success", "content": {
             "application/json": {"schema": answer or {"type": "object"}}}},
-        **_errors(*sorted({*errors, 400} if body else set(errors)))}}
+        **_errors(*sorted(statuses))}}
     if key is not None:
         o["security"] = [{"sdkKey" if key == "sdk" else "secretKey": []}]
         o["responses"].update(_errors(401, 403, 429))
@@ -137,7 +148,7 @@ def op(summary: str, *, key: str | None, body: Schema | None = None, ok: int = 2
     if write:  # 503 storage_unavailable: the store cannot write now (Retry-After)
         o["responses"].update(_errors(503))
         parameters.append({"name": "Idempotency-Key", "in": "header", "required": False,
-                           "schema": {"type": "string", "minLength": 1, "maxLength": 255}})
+                           "schema": {"type": "string", "pattern": "^[!-~]{1,255}$"}})
     if key == "sdk":
         parameters.append({"name": "X-Svc-Sdk", "in": "header", "required": False,
                            "schema": {"type": "string"}})
