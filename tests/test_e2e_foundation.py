@@ -178,6 +178,13 @@ def test_refused_commands_say_why_in_one_line_and_change_nothing(
     assert not os.path.exists(os.path.join(str(tmp_path), "empty-copy"))
     made = _cli(data, "user", "create", "--email", "c@example.com", "--org", org)
     assert made.returncode == 0, made.stderr  # the refused attempt made no user
+    # the starter plan's team is 3: the owner, c and d
+    assert _cli(data, "plan", "set", org, "starter").returncode == 0
+    assert _cli(data, "user", "create", "--email", "d@example.com", "--org", org).returncode == 0
+    full = _cli(data, "user", "create", "--email", "e@example.com", "--org", org)
+    assert full.returncode == 2
+    assert "svc: forbidden: the starter plan allows 3 team members" in full.stderr
+    assert _cli(data, "user", "create", "--email", "e@example.com").returncode == 0  # not made
 
 
 def test_backup_while_serving(server_factory: type[ServerProcess],

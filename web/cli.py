@@ -183,8 +183,8 @@ def cmd_user(args: argparse.Namespace) -> None:
     password = args.password or tenancy.new_password(system_random)
 
     async def go(store: LmdbStore) -> object:
-        if args.org and store.get_org(args.org) is None:  # before the user: one or neither
-            raise NotFound(f"no organization {args.org}")
+        if args.org:  # before the user: both or neither
+            tenancy.check_room(store, args.org)
         user = await tenancy.create_user(store, args.email, password, system_random, _now())
         out: dict[str, object] = {"userId": user.id, "email": user.email}
         if not args.password:
