@@ -181,7 +181,13 @@ async def test_landing_page_open_button_then_resolve_upgrades(app: App) -> None:
     async with app.client("pk_test", **SDK) as c:
         r = await c.post("/v1/sdk/resolve", json={"url": open_url, "installId": iid})
     assert r.status_code == 200
-    got = r.json()["link"]
+    assert_landing_open(app, r.json()["link"], ln, iid)
+
+
+def assert_landing_open(app: App, got: dict[str, object], ln: dict[str, object],
+                        iid: str) -> None:
+    """A 'Continue in app' open: the link, deferred, deterministic, and the
+    install upgraded to it."""
     assert got["linkId"] == ln["id"] and got["isDeferred"] is True
     assert got["method"] == "landing_page" and got["confidence"] == "deterministic"
     install = app.services.attribution.get_install(app.project_id, "test", iid)
@@ -209,12 +215,7 @@ async def test_without_a_scheme_the_page_s_open_button_is_a_marked_universal_lin
                  ).json()["link"]
         assert (plain["method"], plain["isDeferred"]) == ("universal_link", False)
         r = await c.post("/v1/sdk/resolve", json={"url": marked, "installId": iid})
-    got = r.json()["link"]
-    assert got["linkId"] == ln["id"] and got["isDeferred"] is True
-    assert got["method"] == "landing_page" and got["confidence"] == "deterministic"
-    install = app.services.attribution.get_install(app.project_id, "test", iid)
-    assert install is not None and install.attribution is not None
-    assert install.attribution.method.value == "landing_page"
+    assert_landing_open(app, r.json()["link"], ln, iid)
     # a tap on the marked link (the button reloading the page) gets the page again
     assert f'href="{marked}"' in await tap(app, f"{ln['slug']}?svc_open=landing", IOS_UA)
 

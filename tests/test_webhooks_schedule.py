@@ -71,6 +71,19 @@ async def _until(clock: TrioWallClock, wall_ms: int) -> None:
     await trio.testing.wait_all_tasks_blocked()
 
 
+async def _failing_endpoint(world: tuple[App, Receiver, TrioWallClock], *,
+                            clicks: int) -> tuple[dict[str, Any], int]:
+    """An endpoint whose receiver answers 500, and ``clicks`` events sent to it
+    now; the endpoint and the time they were sent."""
+    app, receiver, clock = world
+    receiver.respond = status(500)
+    ep = await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    for _ in range(clicks):
+        await emit(app, "click")
+    return ep, t0
+
+
 async def _settle() -> None:
     await trio.testing.wait_all_tasks_blocked()
 
@@ -183,11 +196,7 @@ async def test_automatic_off_needs_the_first_failure_more_than_24_hours_old(
 async def test_any_success_ends_the_streak(world: tuple[App, Receiver, TrioWallClock],
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, clock = world
-    receiver.respond = status(500)
-    ep = await add_endpoint(app, receiver.url)
-    t0 = clock.now_ms()
-    for _ in range(4):
-        await emit(app, "click")
+    ep, t0 = await _failing_endpoint(world, clicks=4)
     await _until(clock, t0 + 23 * HOUR)
     assert _endpoint(app, ep["id"]).health.consecutive_failures == 28  # 4 x 7, under 24 h
     assert _endpoint(app, ep["id"]).health.state.value == "Failing"
@@ -207,11 +216,7 @@ async def test_a_streak_whose_first_failure_passes_24_hours_is_off_without_anoth
     occurred while the endpoint was Off), and the endpoint is Off as of the
     moment the rule held, 24 h and 1 ms after the first failure."""
     app, receiver, clock = world
-    receiver.respond = status(500)
-    ep = await add_endpoint(app, receiver.url)
-    t0 = clock.now_ms()
-    for _ in range(3):
-        await emit(app, "click")
+    ep, t0 = await _failing_endpoint(world, clicks=3)
     await _until(clock, t0 + 30 * HOUR)
     assert len(receiver.hits) == 21
     assert _endpoint(app, ep["id"]).health.state.value == "Failing"  # judged at failures
