@@ -17,6 +17,7 @@ import segno
 from werkzeug.datastructures import MultiDict
 
 from storage import layout, links_store
+from storage.codec import encode
 from svc_engine.errors import DestinationBlocked, ValidationError
 from svc_engine.ids import new_id
 from svc_engine.keys import Mode
@@ -494,3 +495,32 @@ def test_errors_are_told_in_the_form_words() -> None:
         "params", "Parameter 'size' must be a finite number")
     assert label_error(ValidationError("the body must be a JSON object")) == (
         None, "The body must be a JSON object")
+
+
+async def test_a_link_stored_with_an_expiry_past_year_9999_still_shows(app: App) -> None:
+    """Input is bounded now, but a link stored before (a year-9999 time with a
+    negative offset) must open, list and edit: its expiry reads as the last
+    time there is, on every page, as in the API."""
+    from svc_engine.links import LAST_MS
+
+    async with app.client("sk_test") as c:
+        r = await c.post("/v1/links", json={"path": "/late", "expiresAt": "2099-01-01T00:00:00Z"})
+    link_id = r.json()["id"]
+    store = app.services.store
+    links = links_store.LinksStore(store)
+    stored = links.get(link_id)
+    assert stored is not None
+    late = attrs.evolve(stored, expires_at_ms=LAST_MS + 86_400_000)
+    await store.write(lambda txn: txn.put(layout.uid(link_id), encode(late),
+                                          db=store.db(b"links")))
+    m = await signed_in(app, owner(app))
+    for path in (f"/dashboard/links/{link_id}", f"/dashboard/links/{link_id}/edit",
+                 "/dashboard/links"):
+        page = await m.get(path)
+        assert page.status_code == 200, (path, page.status_code)
+    assert "31 Dec 9999, 23:59 UTC" in (await m.get(f"/dashboard/links/{link_id}")).text
+    assert 'value="9999-12-31T23:59"' in (await m.get(f"/dashboard/links/{link_id}/edit")).text
+    async with app.client("sk_test") as c:
+        assert (await c.get(f"/v1/links/{link_id}")).json()["expiresAt"] == (
+            "9999-12-31T23:59:59.999Z")
+    await m.aclose()

@@ -126,17 +126,21 @@ def test_slow_body_gets_408_and_others_are_served(server_factory: type[ServerPro
 def test_slow_bodies_do_not_fill_the_in_flight_cap(server_factory: type[ServerProcess]
                                                    ) -> None:
     """The cap bounds the work done at once; a request waiting for its body
-    is not counted, so three slow bodies against a cap of 3 turn nobody
-    away (they once made every request, /healthz too, 503 until their
-    timeout)."""
-    srv = server_factory(env={"SVC_MAX_IN_FLIGHT": "3", "SVC_BODY_TIMEOUT": "20"}).start()
+    is not counted, so slow bodies (API and dashboard, two each) against a
+    cap of 2 turn nobody away (they once made every request, /healthz too,
+    503 until their timeout)."""
+    srv = server_factory(env={"SVC_MAX_IN_FLIGHT": "2", "SVC_BODY_TIMEOUT": "20"}).start()
     key = srv.info["keys"]["pk_test"]
-    slow = [socket.create_connection(("127.0.0.1", _port(srv)), timeout=5) for _ in range(3)]
+    slow = [socket.create_connection(("127.0.0.1", _port(srv)), timeout=5) for _ in range(4)]
+    api = (b"POST /v1/sdk/init HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+           b"Authorization: Bearer " + key.encode() + b"\r\n"
+           b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+    dashboard = (b"POST /dashboard/sign-in HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                 b"Content-Type: application/x-www-form-urlencoded\r\n"
+                 b"Content-Length: 1000\r\n\r\n")
     try:
-        for s in slow:  # each handler asks for the body: "100 Continue" says it waits
-            s.sendall(b"POST /v1/sdk/init HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                      b"Authorization: Bearer " + key.encode() + b"\r\n"
-                      b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+        for s, head in zip(slow, (api, api, dashboard, dashboard), strict=True):
+            s.sendall(head)  # each handler asks for the body: "100 Continue" says it waits
         for s in slow:
             assert s.recv(100).startswith(b"HTTP/1.1 100 ")
             s.sendall(b"{")

@@ -100,12 +100,20 @@ class Front:
         slowly is bounded by SVC_BODY_TIMEOUT and the connection cap), so
         slow bodies cannot fill the cap and turn every request away."""
 
+        body_done = False
+
         async def aside() -> dict[str, Any]:
+            nonlocal body_done
+            if body_done:  # e.g. Quart waiting for the disconnect while it works
+                return await receive()
             self.in_flight -= 1
             try:
-                return await receive()
+                message = await receive()
             finally:
                 self.in_flight += 1
+            if message.get("type") != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
 
         return aside
 
@@ -130,7 +138,7 @@ class Front:
 
         self.in_flight += 1
         try:
-            await self.dashboard(scope, receive, watched)
+            await self.dashboard(scope, self._receive_aside(receive), watched)
         finally:
             self.in_flight -= 1
             self._log(scope, status, start)

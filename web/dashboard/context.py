@@ -20,7 +20,6 @@ import hashlib
 import logging
 import pathlib
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -38,6 +37,7 @@ from svc_engine.roles import CONTACT_NOTE, Action, allows, who_may
 from svc_engine.sessions import ABSOLUTE_MS, Session, encode_token, is_live, token_hash, touched
 from web.client_facts import client_address
 from web.dashboard.form_once import FormOnce, fields_digest
+from web.dashboard.formats import utc
 from web.dashboard.nav import DEFAULT_NAV, NavEntry, grouped
 from web.dashboard.throttle import SignInThrottle
 from web.services import Services
@@ -417,12 +417,12 @@ def safe_next(value: str | None) -> str:
 def fmt_time(ms: int | None) -> str:
     if ms is None:
         return ""
-    t = datetime.fromtimestamp(ms / 1000, UTC)
+    t = utc(ms)
     return f"{t.day} {t:%b %Y, %H:%M} UTC"
 
 
 def fmt_date(ms: int | None) -> str:
     if ms is None:
         return ""
-    t = datetime.fromtimestamp(ms / 1000, UTC)
+    t = utc(ms)
     return f"{t.day} {t:%b %Y}"

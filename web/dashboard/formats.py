@@ -10,29 +10,33 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from svc_engine.links import LAST_MS
+
 PLATFORM_NAMES = {"ios": "iOS", "android": "Android", "desktop": "Desktop", "other": "Other"}
 
 
-def _utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
+def utc(ms: int) -> datetime:
+    """The UTC time of ``ms``; one past year 9999 (an expiry stored before
+    input was bounded) as the last there is, so no page fails on it."""
+    return datetime.fromtimestamp(min(ms, LAST_MS) / 1000, UTC)
 
 
 def clock(ms: int, now_ms: int | None = None) -> str:
     """``05:18:59``; on another day than ``now_ms`` ``21 Nov, 05:18:59``."""
-    t = _utc(ms)
-    if now_ms is not None and t.date() == _utc(now_ms).date():
+    t = utc(ms)
+    if now_ms is not None and t.date() == utc(now_ms).date():
         return f"{t:%H:%M:%S}"
     return f"{t.day} {t:%b}, {t:%H:%M:%S}"
 
 
 def stamp(ms: int) -> str:
     """``22 Nov 2026, 05:18:59 UTC``."""
-    t = _utc(ms)
+    t = utc(ms)
     return f"{t.day} {t:%b %Y, %H:%M:%S} UTC"
 
 
 def iso(ms: int) -> str:
-    return f"{_utc(ms):%Y-%m-%dT%H:%M:%SZ}"
+    return f"{utc(ms):%Y-%m-%dT%H:%M:%SZ}"
 
 
 def device(platform: str, os_major: int | None = None) -> str:

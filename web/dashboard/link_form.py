@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -29,6 +28,7 @@ from werkzeug.datastructures import MultiDict
 
 from svc_engine.errors import ValidationError
 from svc_engine.links import Link, ParamValue
+from web.dashboard.formats import utc
 
 EMPTY_PARAM_ROWS = 3
 MAX_PARAM_ROWS = 50
@@ -75,7 +75,7 @@ def expiry_text(ms: int | None) -> str:
     """A ``datetime-local`` value (UTC, to the minute) for ``ms``."""
     if ms is None:
         return ""
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M")
+    return utc(ms).strftime("%Y-%m-%dT%H:%M")
 
 
 def from_link(link: Link) -> LinkForm:
