@@ -105,8 +105,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("geoip_db", "SVC_GEOIP_DB", None, _opt,
             "optional MaxMind-format country database file"),
     Setting("client_ip_header", "SVC_CLIENT_IP_HEADER", None, _opt,
-            "trusted proxy header with the client address (first entry used, in memory only), "
-            "e.g. X-Forwarded-For"),
+            "trusted proxy header with the client address (its last entry, the one your proxy "
+            "wrote; in memory only), e.g. X-Forwarded-For"),
     Setting("certfile", "SVC_CERTFILE", None, _opt, "TLS certificate (PEM) to serve HTTPS"),
     Setting("keyfile", "SVC_KEYFILE", None, _opt, "TLS private key (PEM) to serve HTTPS"),
     Setting("webhook_allow_cidrs", "SVC_WEBHOOK_ALLOW_CIDRS", (), _cidrs,

@@ -190,15 +190,19 @@ async def test_behind_a_proxy_the_throttle_counts_per_forwarded_client(
         store: LmdbStore, config: Config) -> None:
     """With SVC_CLIENT_IP_HEADER the per-client limit is per forwarded client,
     not one limit for the proxy's address: 20 failures from one client do
-    not lock out another."""
+    not lock out another. The client is the entry the proxy appended (the
+    last): what a client writes before it (a fresh address each try) is
+    no new client."""
     proxied = attrs.evolve(config, client_ip_header="X-Forwarded-For")
     async with running_app(store, proxied, TrioWallClock()) as app, browser(app) as c:
         token = csrf_of((await c.get("/dashboard")).text)
+        tries = iter(range(1000))
 
         async def attempt(email: str, password: str, client: str) -> int:
+            made_up = f"10.9.0.{next(tries)}"  # a new "client" each try, before the proxy's
             r = await c.post("/dashboard/sign-in",
                              data={"csrf": token, "email": email, "password": password},
-                             headers={"x-forwarded-for": f"{client}, 10.9.9.9"})
+                             headers={"x-forwarded-for": f"{made_up}, {client}"})
             return r.status_code
 
         for n in range(20):

@@ -73,11 +73,15 @@ class ClientFacts:
 
 
 def client_address(forwarded: str | None, peer: str | None) -> str | None:
-    """The client's address: the first entry of the trusted proxy header
+    """The client's address: the last entry of the trusted proxy header
     (``SVC_CLIENT_IP_HEADER``'s value, when set and sent), else the peer's.
-    In memory only: never stored or logged."""
+    The last entry is the one the proxy in front of the service wrote (a
+    proxy appends the address it saw to ``X-Forwarded-For``); the entries
+    before it are what the client sent, which anyone can make up (a fresh
+    one a request would dodge the per-client limits and move the network
+    hash). In memory only: never stored or logged."""
     if forwarded:
-        first = forwarded.split(",")[0].strip()
-        if first:
-            return first
+        last = forwarded.rsplit(",", 1)[-1].strip()
+        if last:
+            return last
     return peer
