@@ -183,7 +183,7 @@ def test_refused_commands_say_why_in_one_line_and_change_nothing(
     assert _cli(data, "user", "create", "--email", "d@example.com", "--org", org).returncode == 0
     full = _cli(data, "user", "create", "--email", "e@example.com", "--org", org)
     assert full.returncode == 2
-    assert "svc: forbidden: the starter plan allows 3 team members" in full.stderr
+    assert "svc: forbidden: the starter plan allows 3 team members, counting open" in full.stderr
     assert _cli(data, "user", "create", "--email", "e@example.com").returncode == 0  # not made
 
 

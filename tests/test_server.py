@@ -605,7 +605,9 @@ def test_the_service_says_so_when_its_port_is_taken(tmp_path: Any) -> None:
     ({"SVC_WEBHOOK_CA_BUNDLE": "/nonexistent/ca.pem"},
      "svc: validation_error: SVC_WEBHOOK_CA_BUNDLE: cannot load /nonexistent/ca.pem"),
     ({"SVC_GEOIP_DB": "/nonexistent/country.mmdb"},
-     "svc: validation_error: SVC_GEOIP_DB: cannot read /nonexistent/country.mmdb"),
+     "svc: validation_error: SVC_GEOIP_DB: cannot open /nonexistent/country.mmdb"),
+    ({"SVC_GEOIP_DB": "/etc/hostname"},  # readable, but no MaxMind database
+     "svc: validation_error: SVC_GEOIP_DB: cannot open /etc/hostname as a MaxMind"),
     ({"SVC_LOG_LEVEL": "verbose"}, "svc: validation_error: SVC_LOG_LEVEL: 'verbose'"),
     ({"SVC_CERTFILE": "/nonexistent/cert.pem"},
      "svc: validation_error: SVC_CERTFILE and SVC_KEYFILE go together"),

@@ -184,7 +184,7 @@ def cmd_user(args: argparse.Namespace) -> None:
 
     async def go(store: LmdbStore) -> object:
         if args.org:  # before the user: both or neither
-            tenancy.check_room(store, args.org)
+            tenancy.check_room(store, args.org, _now())
         user = await tenancy.create_user(store, args.email, password, system_random, _now())
         out: dict[str, object] = {"userId": user.id, "email": user.email}
         if not args.password:

@@ -161,10 +161,11 @@ class Front:
             # Overloaded is expected under load; StorageUnavailable is logged by
             # the writer, once a burst (storage/writer.py), not once a request.
             if e.status >= 500 and not isinstance(e, Overloaded | StorageUnavailable):
-                log.error("%s on %s %s: %s", type(e).__name__, req.method, req.path, e)
+                log.error("%s on %s %s: %s", type(e).__name__, req.method,
+                          logs.loggable(req.path), e)
             return error_response(e)
         except Exception:
-            log.exception("unhandled error on %s %s", req.method, req.path)
+            log.exception("unhandled error on %s %s", req.method, logs.loggable(req.path))
             return error_response(SvcError("internal error"))
 
     def _metrics(self, req: Request) -> Response:

@@ -41,6 +41,17 @@ _SECRET_PATHS = ("/dashboard/invite/",)
 logged with ``<token>`` in its place."""
 
 
+def loggable(path: str) -> str:
+    """A request's decoded path as a log line may carry it: an invitation's
+    token (it opens an account) as ``<token>``, unprintable characters (a
+    decoded ``%0a`` would forge a line, ``%00`` break one) escaped."""
+    if path.startswith(_SECRET_PATHS):
+        path = next(p for p in _SECRET_PATHS if path.startswith(p)) + "<token>"
+    if not path.isprintable():
+        path = path.encode("unicode_escape").decode("ascii")
+    return path
+
+
 def access_line(method: str, path: str, status: int, ms: float) -> None:
     """One access line in the format of the other log lines, buffered: lines
     are written to stderr together, when 64 are waiting, when the second
@@ -50,10 +61,7 @@ def access_line(method: str, path: str, status: int, ms: float) -> None:
     global _stamp_second, _stamp
     if not access.isEnabledFor(logging.INFO):
         return
-    if path.startswith(_SECRET_PATHS):  # an invitation's token opens an account
-        path = next(p for p in _SECRET_PATHS if path.startswith(p)) + "<token>"
-    if not path.isprintable():  # a decoded %0a or %00 would forge or break a line
-        path = path.encode("unicode_escape").decode("ascii")
+    path = loggable(path)
     now = time.time()
     second = int(now)
     if second != _stamp_second:

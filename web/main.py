@@ -19,7 +19,6 @@ import contextlib
 import gc
 import json
 import logging
-import os
 import signal
 import socket
 import ssl
@@ -180,9 +179,14 @@ def check_files(config: Config) -> None:
             raise ValidationError(f"SVC_WEBHOOK_CA_BUNDLE: cannot load "
                                   f"{config.webhook_ca_bundle}: {e}",
                                   field="SVC_WEBHOOK_CA_BUNDLE") from None
-    if config.geoip_db and not os.access(config.geoip_db, os.R_OK):
-        raise ValidationError(f"SVC_GEOIP_DB: cannot read {config.geoip_db}",
-                              field="SVC_GEOIP_DB")
+    if config.geoip_db:
+        try:
+            import maxminddb
+
+            maxminddb.open_database(config.geoip_db).close()
+        except (ImportError, OSError, ValueError, RuntimeError) as e:  # InvalidDatabaseError
+            raise ValidationError(f"SVC_GEOIP_DB: cannot open {config.geoip_db} as a "
+                                  f"MaxMind-format database: {e}", field="SVC_GEOIP_DB") from None
 
 
 def run(config: Config, *, bootstrap: bool = False) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import argon2
 import cbor2
 
+from storage import accounts
 from storage.lmdb_store import LmdbStore
 from svc_engine.errors import Forbidden, NotFound, ValidationError
 from svc_engine.ids import new_id
@@ -106,20 +107,22 @@ async def create_user(store: LmdbStore, email: str, password: str, random: Rando
     return user
 
 
-def check_room(store: LmdbStore, org_id: str) -> None:
-    """NotFound without the organization; Forbidden when its plan's team is full."""
+def check_room(store: LmdbStore, org_id: str, now_ms: int) -> None:
+    """NotFound without the organization; Forbidden when its plan's team is
+    full (members and open invitations, as the dashboard counts)."""
     org = store.get_org(org_id)
     if org is None:
         raise NotFound(f"no organization {org_id}")
     limit = QUOTAS[org.plan].members
-    if not within(limit, len(store.members_of(org_id))):
-        raise Forbidden(f"the {org.plan.value} plan allows {limit} team members; "
-                        "`svc plan set` changes the plan")
+    seats = len(store.members_of(org_id)) + len(accounts.list_invites(store, org_id, now_ms))
+    if not within(limit, seats):
+        raise Forbidden(f"the {org.plan.value} plan allows {limit} team members, counting "
+                        "open invitations; `svc plan set` changes the plan")
 
 
 async def add_member(store: LmdbStore, org_id: str, user_id: str, role: Role,
                      now_ms: int) -> Membership:
-    check_room(store, org_id)
+    check_room(store, org_id, now_ms)
     m = Membership(org_id=org_id, user_id=user_id, role=role, created_at_ms=now_ms)
     await store.set_member(m)
     return m
