@@ -484,6 +484,14 @@ def test_form_round_trip_of_a_link() -> None:
     assert create_body(LinkForm({"path": " "})) == {"path": "/"}
 
 
+def test_a_number_too_long_to_convert_is_a_form_error() -> None:
+    """int() converts at most 4,300 digits; past that the field is refused
+    (it was a 500)."""
+    huge = LinkForm({"path": "/p"}, [ParamRow("n", "number", "9" * 5000)])
+    with pytest.raises(ValidationError, match="too large a number"):
+        create_body(huge)
+
+
 def test_errors_are_told_in_the_form_words() -> None:
     assert label_error(ValidationError("ogTitle must be at most 200 characters",
                                        field="ogTitle")) == (

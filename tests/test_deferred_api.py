@@ -389,6 +389,17 @@ async def test_a_tap_with_a_huge_referrer_host_is_counted_and_spoils_no_commit(
     assert counted["clicks"]["total"] == 4, counted
 
 
+async def test_a_tap_whose_user_agent_has_a_huge_version_is_redirected(app: App) -> None:
+    """int() converts at most 4,300 digits: a made-up iOS version of 5,000 made
+    every such tap a 500 with a traceback in the log."""
+    await setup(app)
+    ln = await link(app)
+    ua = "Mozilla/5.0 (iPhone; CPU iPhone OS " + "9" * 5000 + "_0 like Mac OS X) Version/1"
+    async with app.client(**{"user-agent": ua}) as c:
+        r = await c.get(f"/{ln['slug']}")
+    assert r.status_code == 302 and "apps.apple.com" in r.headers["location"]
+
+
 async def _collect(results: list[int], fn: Any) -> None:
     results.append(await fn())
 

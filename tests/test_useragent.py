@@ -152,6 +152,21 @@ def test_bots_and_preview_crawlers(ua: str, platform: Platform) -> None:
     assert client.platform is platform
 
 
+@pytest.mark.parametrize(("ua", "os_major"), [
+    ("Mozilla/5.0 (iPhone; CPU iPhone OS " + "9" * 5000 + "_0 like Mac OS X) AppleWebKit/605.1.15"
+     " (KHTML, like Gecko) Version/" + "9" * 5000 + " Mobile/15E148 Safari/604.1", None),
+    ("Mozilla/5.0 (Linux; Android " + "9" * 5000 + "; Pixel) AppleWebKit/537.36 Chrome/120 Mobile",
+     None),
+    ("Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) [FBAN/FBIOS;FBSV/" + "9" * 5000
+     + ".0]", 17),
+])
+def test_a_made_up_version_too_long_for_int_is_no_version(ua: str, os_major: int | None) -> None:
+    """A tap's user agent is the sender's to write: a version of 5,000 digits
+    is past what int() converts (it made the tap a 500); it is no version."""
+    client = classify(ua)
+    assert client.os_major == os_major and not client.is_bot
+
+
 @pytest.mark.parametrize("ua", [None, "", "   "])
 def test_missing_user_agent_is_an_uncounted_desktop(ua: str | None) -> None:
     assert classify(ua) == Client(Platform.DESKTOP, None, is_bot=True)

@@ -107,7 +107,11 @@ def is_bot(user_agent: str) -> bool:
 
 
 def _int(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
+    """A version number of a user agent: ASCII digits, at most 4 (a made-up
+    one of 5,000 digits is past what ``int`` converts: a ValueError, a 500)."""
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 4:
+        return None
+    return int(value)
 
 
 def _ios_major(

@@ -188,7 +188,11 @@ def _param_value(row: ParamRow) -> ParamValue:
     if row.type == "number":
         text = row.value.strip()
         if _INT.fullmatch(text):
-            return int(text)
+            try:
+                return int(text)  # its range is the API's to judge (64 bits)
+            except ValueError:  # past the 4,300 digits int() converts
+                raise ValidationError(f"the parameter {row.key!r} is too large a number",
+                                      field="params") from None
         try:
             number = float(text)
         except ValueError:

@@ -137,7 +137,7 @@ def register(dash: Dashboard) -> None:
                      platforms: Platforms, now_ms: int) -> dict[str, Any]:
         assert viewer.project is not None
         click: Click | None = None
-        if is_uuid(click_id) and at.isdigit() and len(at) <= 15:
+        if is_uuid(click_id) and at.isascii() and at.isdigit() and len(at) <= 15:
             click = find_click(dash.store, viewer.project.id, viewer.mode, click_id.lower(),
                                int(at))
         if click is None:
@@ -204,7 +204,8 @@ def register(dash: Dashboard) -> None:
                               sim_problem="Give the link to tap: a slug, short URL or link ID.")
         ios: int | None = DEFAULT_IOS
         if device == "iphone" and ios_text:
-            ios = int(ios_text) if ios_text.isdigit() and 1 <= int(ios_text) <= 99 else None
+            ios = (int(ios_text) if ios_text.isascii() and ios_text.isdigit()
+                   and len(ios_text) <= 2 and 1 <= int(ios_text) <= 99 else None)
             if ios is None:
                 return await page(viewer, status=400, sim_form=form,
                                   sim_problem="The iOS version is a whole number such as 18.")
