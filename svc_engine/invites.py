@@ -61,7 +61,7 @@ def check_email(raw: str) -> str:
     local, at, domain = email.partition("@")
     if (not at or not local or not domain or domain.startswith(".")
             or domain.endswith(".") or len(email) > MAX_EMAIL
-            or any(c.isspace() for c in email) or "@" in domain):
+            or any(c.isspace() for c in email) or not email.isprintable() or "@" in domain):
         raise ValidationError("enter an e-mail address like name@example.com", field="email")
     return email
 

@@ -61,6 +61,9 @@ def validate_description(description: object) -> str | None:
     if not isinstance(description, str):
         raise ValidationError("description must be a string", field="description")
     text = description.strip()
+    if not text.isprintable():
+        raise ValidationError("description must not contain control characters",
+                              field="description")
     if len(text) > DESCRIPTION_MAX:
         raise ValidationError(
             f"description must be at most {DESCRIPTION_MAX} characters", field="description"

@@ -1,5 +1,7 @@
 """Idempotency, rate limiting, config and error-tree rules (pure)."""
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -8,6 +10,8 @@ from svc_engine import config as config_mod
 from svc_engine import errors
 from svc_engine.idempotency import StoredResponse, check_key, fingerprint, replay_or_conflict
 from svc_engine.ids import is_uuid, new_id
+from svc_engine.keys import KeyKind, Mode
+from svc_engine.plans import Plan
 from svc_engine.ratelimit import take
 
 
@@ -98,6 +102,35 @@ def test_values_at_the_edges_are_taken() -> None:
                            "SVC_PUBLIC_URL": "https://go.example.com/links",
                            "SVC_WEBHOOK_ALLOW_CIDRS": "10.0.0.0/8, fd00::/8"}, {})
     assert cfg.port == 0 and cfg.webhook_allow_cidrs == ("10.0.0.0/8", "fd00::/8")
+
+
+@pytest.mark.parametrize("text", ["a\x00b", "a\x01b", "line\nbreak", "tab\there"])
+def test_names_descriptions_and_invited_emails_have_no_control_characters(text: str) -> None:
+    """A NUL in an organization's name was written into every dashboard page."""
+    from svc_engine.invites import check_email
+    from svc_engine.webhook_endpoint import validate_description
+
+    with pytest.raises(errors.ValidationError):
+        validate_description(text)
+    with pytest.raises(errors.ValidationError):
+        check_email(f"{text}@example.com")
+    assert validate_description("Orders -> CRM, café ☕") == "Orders -> CRM, café ☕"
+
+
+async def test_org_project_and_key_names_have_no_control_characters(store: Any) -> None:
+    from web import tenancy
+    from web.services import system_random
+
+    for bad in ("a\x00b", "a\x1bb"):
+        with pytest.raises(errors.ValidationError):
+            await tenancy.create_org(store, bad, Plan.STARTER, system_random, 1)
+    org = await tenancy.create_org(store, "Ünïcode Org ✓", Plan.GROWTH, system_random, 1)
+    with pytest.raises(errors.ValidationError):
+        await tenancy.create_project(store, org.id, "p\x07", system_random, 1)
+    project, _ = await tenancy.create_project(store, org.id, "App", system_random, 1)
+    with pytest.raises(errors.ValidationError):
+        await tenancy.create_key(store, project.id, KeyKind.SECRET, Mode.TEST, "k\x00",
+                                 system_random, 1)
 
 
 def test_config_fields_match_settings_table() -> None:

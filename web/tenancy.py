@@ -52,6 +52,8 @@ async def create_key(store: LmdbStore, project_id: str, kind: KeyKind, mode: Mod
                      random: Random, now_ms: int) -> tuple[str, str]:
     """Create a key; returns (key id, key value). The value of a secret key is
     shown this once: only its hash is kept."""
+    if not name.isprintable():
+        raise ValidationError("a key name has no control characters", field="name")
     key_id = new_id(random(16))
     raw, record = make_key(key_id, project_id, kind, mode, name, random(24), now_ms)
     await store.create_key(record)
@@ -66,8 +68,9 @@ async def create_project(store: LmdbStore, org_id: str, name: str, random: Rando
         raise NotFound(f"no organization {org_id}")
     if not within(QUOTAS[org.plan].projects, len(store.list_projects(org_id))):
         raise ValidationError(f"the {org.plan.value} plan allows no more projects", field="plan")
-    if not name.strip() or len(name) > 100:
-        raise ValidationError("a project name is 1 to 100 characters", field="name")
+    if not name.strip() or len(name) > 100 or not name.isprintable():
+        raise ValidationError("a project name is 1 to 100 characters, no control characters",
+                              field="name")
     project = Project(id=new_id(random(16)), org_id=org_id, name=name.strip(),
                       salt=random(32), created_at_ms=now_ms)
     await store.create_project(project)
@@ -81,8 +84,9 @@ async def create_project(store: LmdbStore, org_id: str, name: str, random: Rando
 
 async def create_org(store: LmdbStore, name: str, plan: Plan, random: Random,
                      now_ms: int) -> Organization:
-    if not name.strip() or len(name) > 100:
-        raise ValidationError("an organization name is 1 to 100 characters", field="name")
+    if not name.strip() or len(name) > 100 or not name.isprintable():
+        raise ValidationError("an organization name is 1 to 100 characters, no control "
+                              "characters", field="name")
     org = Organization(id=new_id(random(16)), name=name.strip(), plan=plan,
                        created_at_ms=now_ms)
     await store.create_org(org)

@@ -63,9 +63,9 @@ def register(dash: Dashboard) -> None:
             if kind is None:
                 raise ValidationError("choose a publishable or a secret key", field="kind")
             name = " ".join(form.get("name", "").split())
-            if len(name) > MAX_NAME:
-                raise ValidationError(f"a key name has at most {MAX_NAME} characters",
-                                      field="name")
+            if len(name) > MAX_NAME or not name.isprintable():
+                raise ValidationError(f"a key name has at most {MAX_NAME} characters and no "
+                                      "control characters", field="name")
             name = name or f"{'Publishable' if kind is KeyKind.PUBLISHABLE else 'Secret'} key"
         except ValidationError as e:
             return await keys_page(viewer, status=400, error=e.message)
