@@ -10,6 +10,7 @@ import io
 import uuid
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 
@@ -410,6 +411,21 @@ async def test_analytics_of_clicks_installs_opens_and_handoffs(ev: Events) -> No
     assert rows[later]["firstLaunch"] is False and rows[ios]["firstLaunch"] is True
     assert (await ev.summary())["installs"]["total"] == sum(
         r["firstLaunch"] for r in rows.values())
+
+
+def test_a_click_stored_with_a_made_up_huge_version_exports() -> None:
+    """Taps once kept any version a user agent claimed; past 64 bits the
+    NDJSON encoder failed and the export broke for that whole range."""
+    from svc_engine.clicks import Click
+    from svc_engine.keys import Mode
+    from web.export import click_row
+
+    click = Click(id=str(uuid.uuid4()), link_id=str(uuid.uuid4()), project_id="p",
+                  mode=Mode.TEST, platform="android", os_major=10**20, country=None,
+                  referrer_host=None, at_ms=1)
+    row = click_row(click)
+    assert row["osMajor"] is None and orjson.dumps(row)
+    assert click_row(attrs.evolve(click, os_major=17))["osMajor"] == 17
 
 
 async def test_analytics_query_validation(ev: Events) -> None:

@@ -46,6 +46,7 @@ import h11
 import orjson
 import trio
 
+from web.logs import loggable
 from web.request_head import BODY_EXTENSION, Head, head_end, parse_head
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ class Connection:
         self.keep_alive = True
         self.http10 = False
         self.started: tuple[int, list[tuple[bytes, bytes]]] | None = None
+        self.head_sent = False
         self.chunked = False
         self.complete = False
         self.body_done = False
@@ -206,6 +208,7 @@ class Connection:
         self.http10 = head.http_version != b"1.1"
         self.keep_alive = not self.http10 and not _says_close(head.headers)
         self.started = None
+        self.head_sent = False
         self.chunked = False
         self.complete = False
         self.body_done = False
@@ -275,9 +278,11 @@ class Connection:
         except CLOSED:
             return False
         except Exception:
-            log.exception("the application failed on %s %s", scope["method"], scope["path"])
-            if self.started is not None or self.complete:
-                return False
+            log.exception("the application failed on %s %s", scope["method"],
+                          loggable(scope["path"]))
+            if self.head_sent or self.complete:
+                return False  # the answer is under way: only closing can say it broke
+            self.started = None  # a head the application began but never sent: a 500 instead
             try:
                 await self._send({"type": "http.response.start", "status": 500,
                                   "headers": [(b"content-type", b"application/json")]})
@@ -393,6 +398,7 @@ class Connection:
             status, headers = self.started
             self.started = None
             out = self._head(status, headers)
+            self.head_sent = True
         body = message.get("body", b"")
         more = message.get("more_body", False)
         if self.chunked:

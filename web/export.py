@@ -60,8 +60,11 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 
 
 def click_row(c: Click) -> Row:
+    # a version past 4 digits is made up (stored before taps were bounded, and
+    # past the 64 bits JSON here encodes): no version
+    os_major = c.os_major if c.os_major is not None and 0 <= c.os_major < 10_000 else None
     return {"id": c.id, "clickedAt": iso_utc(c.at_ms), "linkId": c.link_id,
-            "platform": c.platform, "osMajor": c.os_major, "country": c.country,
+            "platform": c.platform, "osMajor": os_major, "country": c.country,
             "referrerHost": c.referrer_host}
 
 
