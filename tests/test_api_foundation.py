@@ -94,6 +94,20 @@ async def test_non_json_content_type_is_415(app: App) -> None:
     assert r.status_code == 415
 
 
+async def test_an_encoded_body_is_415_not_invalid_json(app: App) -> None:
+    import gzip
+
+    async with app.client("sk_test") as c:
+        for coding, body in (("gzip", gzip.compress(b"{}")), ("br", b"{}")):
+            r = await c.patch("/v1/deferred/settings", content=body,
+                              headers={"content-encoding": coding})
+            assert _error(r) == (415, "unsupported_media_type"), coding
+            assert coding in r.json()["error"]["message"]
+        ok = await c.patch("/v1/deferred/settings", content=b"{}",
+                           headers={"content-encoding": "identity"})
+    assert ok.status_code == 200
+
+
 # -- authentication (SPEC.md Authentication, rule 4) --------------------------------
 
 @pytest.mark.parametrize("auth", [None, "", "Bearer", "Basic dXNlcjpwYXNz", "Bearer nope",

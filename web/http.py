@@ -113,7 +113,8 @@ class Request:
         return self._body
 
     async def json(self, limit: int, *, depth_checked: bool = True) -> Any:
-        """Decode a JSON body; errors are 400 (415 for a non-JSON content type).
+        """Decode a JSON body; errors are 400 (415 for a non-JSON content type
+        or a content encoding).
 
         ``depth_checked=False`` skips the nesting walk (about 3 µs per hundred
         values) for a parser that bounds nesting itself, such as the events
@@ -122,6 +123,10 @@ class Request:
         ctype = (self.header("content-type") or "").split(";")[0].strip().lower()
         if ctype and ctype != JSON_TYPE and not ctype.endswith("+json"):
             raise UnsupportedMediaType("send Content-Type: application/json")
+        coding = (self.header("content-encoding") or "identity").strip().lower()
+        if coding != "identity":  # a gzip body read as JSON would be "not valid JSON"
+            raise UnsupportedMediaType(f"Content-Encoding {coding} is not accepted: send the "
+                                       "body as it is")
         if not body:
             raise ValidationError("the request body must be JSON")
         try:
