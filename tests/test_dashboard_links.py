@@ -474,7 +474,7 @@ def test_form_round_trip_of_a_link() -> None:
     form = from_link(link)
     assert form.get("expiresAt") == "2099-05-06T07:08" and form.get("tags") == "x, y"
     body = update_body(form, link)
-    assert "expiresAt" not in body                       # unchanged: not sent
+    assert "expiresAt" not in body and "tags" not in body  # unchanged: not sent
     assert body["params"] == {"b": False, "n": 2.5} and body["title"] is None
     submitted = MultiDict([("path", "/a"), ("expiresAt", "2099-05-06T07:09"),
                            ("param_key", "k"), ("param_type", "text"), ("param_value", "v"),
@@ -482,6 +482,21 @@ def test_form_round_trip_of_a_link() -> None:
     changed = update_body(from_form(submitted), link)
     assert changed["expiresAt"] == "2099-05-06T07:09:00Z" and changed["params"] == {"k": "v"}
     assert create_body(LinkForm({"path": " "})) == {"path": "/"}
+
+
+def test_saving_an_edit_form_unchanged_keeps_a_tag_with_a_comma() -> None:
+    """The API takes a tag "a,b"; the form shows tags in one comma-separated
+    field, so a save that did not touch them must not send them back split."""
+    now = 1_800_000_000_000
+    draft = parse_link_create({"path": "/p", "tags": ["a,b", "c"]}, allow_custom_slug=False,
+                              now_ms=now)
+    link = new_link(draft, link_id=str(uuid.uuid4()), project_id=str(uuid.uuid4()),
+                    mode=Mode.TEST, domain="d.test", slug="s", now_ms=now)
+    assert link.tags == ("a,b", "c")
+    assert "tags" not in update_body(from_link(link), link)
+    edited = from_link(link)
+    edited = LinkForm({**edited.values, "tags": "a,b, c, d"}, edited.params)
+    assert update_body(edited, link)["tags"] == ["a", "b", "c", "d"]  # edited: as typed
 
 
 def test_a_number_too_long_to_convert_is_a_form_error() -> None:

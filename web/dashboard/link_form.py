@@ -125,12 +125,15 @@ def create_body(form: LinkForm) -> dict[str, Any]:
 
 def update_body(form: LinkForm, current: Link) -> dict[str, Any]:
     """The ``PATCH /v1/links/{id}`` body of an edit form: every field, an empty
-    one as null (``path`` defaults to ``/``); the expiry only when changed."""
+    one as null (``path`` defaults to ``/``); the expiry and the tags only
+    when changed (a tag the API took with a comma in it would come back split
+    from the form's one comma-separated field)."""
     body: dict[str, Any] = {k: form.get(k) if form.get(k).strip() else None
                             for k in TEXT_FIELDS}
     body["path"] = body["path"] or "/"
     body["params"] = params_of(form.params)
-    body["tags"] = tags_of(form.get("tags"))
+    if form.get("tags").strip() != ", ".join(current.tags):
+        body["tags"] = tags_of(form.get("tags"))
     expiry = form.get("expiresAt").strip()
     if expiry != expiry_text(current.expires_at_ms):
         body["expiresAt"] = _iso(expiry) if expiry else None
