@@ -139,9 +139,12 @@ def test_slow_bodies_do_not_fill_the_in_flight_cap(server_factory: type[ServerPr
                  b"Content-Type: application/x-www-form-urlencoded\r\n"
                  b"Content-Length: 1000\r\n\r\n")
     try:
+        # One after another: each handler asks for its body ("100 Continue"
+        # says it waits) before the next arrives. Sent at once, two could
+        # both be counted before either reached its body, which the cap
+        # rightly refuses.
         for s, head in zip(slow, (api, api, dashboard, dashboard), strict=True):
-            s.sendall(head)  # each handler asks for the body: "100 Continue" says it waits
-        for s in slow:
+            s.sendall(head)
             assert s.recv(100).startswith(b"HTTP/1.1 100 ")
             s.sendall(b"{")
         with srv.client("sk_test") as c:
