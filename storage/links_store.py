@@ -260,13 +260,8 @@ class LinksStore:
                   idem: IdemWrite | None) -> tuple[str, ...]:
         """The project's custom domains as this transaction sees them, recorded
         as the write's answer."""
-        cur = txn.cursor(db=self._domains_by_project)
-        found = []
-        ok = cur.set_range(pid)
-        while ok and bytes(cur.key()).startswith(pid):
-            found.append(bytes(cur.key())[len(pid):].decode())
-            ok = cur.next()
-        custom = tuple(found)
+        custom = tuple(k[len(pid):].decode()
+                       for k in prefix_keys(txn, self._domains_by_project, pid))
         self.store.record_response(txn, idem, custom)
         return custom
 

@@ -203,7 +203,8 @@ def with_query_param(url: str, name: str, value: str) -> str:
     return urlunsplit(parts._replace(query="&".join(kept)))
 
 
-LANDING_MARK = "svc_open=landing"
+LANDING_PARAM, LANDING_VALUE = "svc_open", "landing"
+LANDING_MARK = f"{LANDING_PARAM}={LANDING_VALUE}"
 """The query that marks a universal link as opened from the 'Continue in app'
 page (its button without a custom scheme, its app banner): resolved, it is a
 ``landing_page`` open, deferred, like the scheme URL carrying ``svc_link``."""

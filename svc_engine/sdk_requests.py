@@ -40,6 +40,7 @@ import attrs
 
 from svc_engine.errors import ValidationError
 from svc_engine.ids import is_uuid
+from svc_engine.redirect import LANDING_PARAM, LANDING_VALUE
 
 USER_ID_MAX: Final = 256
 HANDOFF_MAX_SECONDS: Final = 7 * 24 * 3600
@@ -114,7 +115,7 @@ class ResolveRequest:
             return False
         if parts.scheme.lower() not in ("http", "https"):
             return self.short_url is not None
-        return "landing" in urllib.parse.parse_qs(parts.query).get("svc_open", [])
+        return LANDING_VALUE in urllib.parse.parse_qs(parts.query).get(LANDING_PARAM, [])
 
 
 @attrs.frozen

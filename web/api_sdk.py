@@ -114,8 +114,12 @@ def register(api: Api) -> None:
         return await api.idem.run(req, ctx.scope, body, run)
 
     def find_link(url: str, ctx: KeyContext) -> Link:
-        domain = services.url_link_domain(url)
-        slug = urlsplit(url).path[1:]
+        try:
+            parts = urlsplit(url)
+        except ValueError:  # "https://[": no URL, so no link
+            raise NotFound("no link for this URL") from None
+        domain = services.url_link_domain(parts)
+        slug = parts.path[1:]
         link = (services.links.by_slug(domain, slug)
                 if domain is not None and slug and "/" not in slug else None)
         if (link is None or link.deleted or link.project_id != ctx.project.id

@@ -81,7 +81,8 @@ class Front:
         if self.dashboard is not None and (path == "/dashboard" or path.startswith("/dashboard/")):
             await self._dashboard(scope, receive, send, start)
             return
-        req = Request(scope, self._receive_aside(receive))
+        req = Request(scope, receive if scope["method"] in _NO_BODY
+                      else self._receive_aside(receive))
         if self.in_flight >= self.max_in_flight and path != "/healthz":
             resp = error_response(Overloaded("the service is at capacity; retry shortly"))
         else:
@@ -187,6 +188,7 @@ class Front:
             logs.access_line(scope["method"], path, status, seconds * 1000)
 
 
+_NO_BODY = frozenset({"GET", "HEAD"})  # a tap: nothing to wait for, no wrapper to make
 HSTS = (b"strict-transport-security", b"max-age=31536000; includeSubDomains")
 
 

@@ -167,8 +167,7 @@ def check_files(config: Config) -> None:
     setting otherwise (``svc: validation_error: ...``, exit 2)."""
     if config.certfile and config.keyfile:
         try:
-            tls_context(ServerSettings(host=config.host, port=config.port,
-                                        certfile=config.certfile, keyfile=config.keyfile))
+            tls_context(server_settings(config))
         except (OSError, ssl.SSLError) as e:
             raise ValidationError(f"SVC_CERTFILE/SVC_KEYFILE: cannot load {config.certfile} "
                                   f"and {config.keyfile}: {e}", field="SVC_CERTFILE") from None

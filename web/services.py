@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import attrs
 
@@ -63,7 +63,7 @@ class Services:
             return bare
         return default
 
-    def url_link_domain(self, url: str) -> str | None:
+    def url_link_domain(self, parts: SplitResult) -> str | None:
         """The link domain of a URL that opened the app, or None when its host
         is neither the default domain nor a custom one: an app's own website
         links reach ``resolve`` too, and ``https://shop.example/sale`` is not
@@ -71,7 +71,6 @@ class Services:
         which a proxy may rewrite), nothing falls back; the port is ignored
         (``https://go.example:443/x`` is ``go.example``), user info refused."""
         try:
-            parts = urlsplit(url)
             host, _ = parts.hostname, parts.port  # port: a ValueError when invalid
         except ValueError:
             return None
