@@ -12,13 +12,19 @@ Decisions where SPEC.md is silent:
 * A delivery's ``request.body`` is the exact JSON text that was signed and
   sent; ``response`` is the last attempt's status and body (at most 4 KiB
   kept, ``truncated`` says when more came), null before any attempt.
+* ``nextAttemptAt`` is when the next automatic attempt will be made, or null
+  when none is waiting (see ``next_attempt_at_ms``). While the endpoint is Off
+  its Queued and Retrying deliveries are held, not attempted at their time,
+  so it is null then (the status stays Queued or Retrying). Once the
+  endpoint is on again it is a time again: the stored one, or the turn-on
+  time for a delivery whose time passed while it was Off (it goes at once).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from svc_engine.webhook_delivery import Attempt, Delivery
+from svc_engine.webhook_delivery import Attempt, Delivery, DeliveryStatus
 from svc_engine.webhook_envelope import iso_utc_ms
 from svc_engine.webhook_records import Endpoint, WebhookEvent
 
@@ -65,8 +71,28 @@ def _attempt_json(a: Attempt) -> dict[str, Any]:
     }
 
 
-def delivery_summary_json(d: Delivery) -> dict[str, Any]:
-    """One row of the recent deliveries list."""
+def next_attempt_at_ms(d: Delivery, endpoint: Endpoint | None) -> int | None:
+    """When the delivery's next automatic attempt will be made, as far as
+    anyone can say now: None when no attempt waits (Sending, Delivered,
+    Failed), and while ``endpoint`` (the delivery's) is Off or gone.
+
+    An Off endpoint's waiting deliveries are held (actors/webhooks.py parks
+    them when their time comes and starts nothing), so their stored time
+    says nothing: no attempt is made then, nor at any time until someone
+    turns the endpoint on. Turning it on re-arms each at its stored time, so
+    one whose time passed while the endpoint was Off is due from the turn on
+    (``accepting_since_ms``), not from a moment when it was held.
+    """
+    if d.status not in (DeliveryStatus.QUEUED, DeliveryStatus.RETRYING):
+        return None
+    if d.next_attempt_at_ms is None or endpoint is None or endpoint.is_off:
+        return None
+    return max(d.next_attempt_at_ms, endpoint.accepting_since_ms)
+
+
+def delivery_summary_json(d: Delivery, endpoint: Endpoint | None) -> dict[str, Any]:
+    """One row of the recent deliveries list (``endpoint``: the delivery's,
+    as it is now; None when gone)."""
     last = d.last_attempt
     return {
         "id": d.id,
@@ -77,7 +103,7 @@ def delivery_summary_json(d: Delivery) -> dict[str, Any]:
         "attempts": len(d.attempts),
         "createdAt": iso_utc_ms(d.created_at_ms),
         "lastAttemptAt": _time(last.started_at_ms if last else None),
-        "nextAttemptAt": _time(d.next_attempt_at_ms),
+        "nextAttemptAt": _time(next_attempt_at_ms(d, endpoint)),
         "durationMs": last.duration_ms if last else None,
         "responseStatus": last.status_code if last else None,
         "error": last.error if last else None,
@@ -88,7 +114,7 @@ def delivery_json(
     d: Delivery, endpoint: Endpoint | None, event: WebhookEvent | None
 ) -> dict[str, Any]:
     """The full view of one delivery."""
-    out = delivery_summary_json(d)
+    out = delivery_summary_json(d, endpoint)
     last = d.last_attempt
     if event is not None:
         out["event"]["createdAt"] = iso_utc_ms(event.created_at_ms)

@@ -35,7 +35,8 @@ from svc_engine.keys import Mode
 from svc_engine.plans import Plan
 from svc_engine.records import Role
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
-from svc_engine.webhook_records import Endpoint
+from svc_engine.webhook_endpoint import validate_endpoint
+from svc_engine.webhook_records import Endpoint, new_endpoint
 from tests.conftest import App, running_app
 from tests.dashboard_support import Member, add_user, owner, signed_in
 from tests.dashboard_webhook_support import make_delivery, make_endpoint
@@ -633,5 +634,7 @@ def test_pretty_json_duration_and_status_filter() -> None:
 def test_next_try_counts_scheduled_attempts() -> None:
     d = Delivery(id="d", endpoint_id="e", event_id="v", event_type="click", mode=Mode.TEST,
                  status=DeliveryStatus.RETRYING, created_at_ms=T0, next_attempt_at_ms=T0)
-    assert next_try(d) == "1 Jan 2026, 00:00:00 UTC (attempt 1 of 7)"
-    assert next_try(attrs.evolve(d, status=DeliveryStatus.FAILED)) is None
+    on = new_endpoint("e", "p", Mode.TEST, validate_endpoint("https://a.example.com/"),
+                      "whsec_x", T0)
+    assert next_try(d, on) == "1 Jan 2026, 00:00:00 UTC (attempt 1 of 7)"
+    assert next_try(attrs.evolve(d, status=DeliveryStatus.FAILED), on) is None

@@ -181,7 +181,9 @@ def register(api: Api) -> None:
         found = actor().tables.recent(ctx.project.id, ctx.mode, limit=RECENT_LIMIT,
                                       endpoint_id=endpoint_id.lower() if endpoint_id else None,
                                       status=status)
-        return json_response(200, {"data": [delivery_summary_json(d) for d in found]})
+        by_id = {e.id: e for e in actor().tables.endpoints(ctx.project.id, ctx.mode)}
+        return json_response(200, {"data": [delivery_summary_json(d, by_id.get(d.endpoint_id))
+                                            for d in found]})
 
     async def get_delivery(req: Request) -> Response:
         ctx = api.server_auth(req)

@@ -190,7 +190,8 @@ class Connection:
             if idle.cancelled_caught or head is None:
                 return  # idle too long, headers too slow, closed, or shutting down
             self._begin(head)
-            if server.shedding and head.target != b"/healthz":  # liveness: busy, not dead
+            if server.shedding and head.target.partition(b"?")[0] != b"/healthz":
+                # liveness: busy, not dead (with or without a query, as the front)
                 if not await self._shed():
                     return
             elif not await self._respond(head):

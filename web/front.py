@@ -152,6 +152,7 @@ class Front:
                     self.client_limiter.check(who.encode(), self.services.clock.now_ms())
                 return await self.api.handle(req)
             if req.path == "/healthz":
+                _only_get(req)
                 return json_response(200, {"status": "ok"})
             if req.path == "/metrics":
                 return self._metrics(req)
@@ -172,8 +173,7 @@ class Front:
     def _metrics(self, req: Request) -> Response:
         if self.metrics_token is None:
             raise NotFound("metrics are off (set SVC_METRICS_TOKEN to serve them)")
-        if req.method not in ("GET", "HEAD"):
-            raise MethodNotAllowed("use GET", allowed=("GET", "HEAD"))
+        _only_get(req)
         if not token_matches(req.header("authorization"), self.metrics_token):
             raise Unauthenticated("send the metrics token as a bearer token")
         return Response(200, self.metrics.render(), [(b"content-type", CONTENT_TYPE),
@@ -188,7 +188,15 @@ class Front:
             logs.access_line(scope["method"], path, status, seconds * 1000)
 
 
-_NO_BODY = frozenset({"GET", "HEAD"})  # a tap: nothing to wait for, no wrapper to make
+def _only_get(req: Request) -> None:
+    """/healthz and /metrics are read-only: any other method is the router's
+    405 ``method_not_allowed`` (JSON body, ``Allow: GET, HEAD``)."""
+    if req.method not in _READ:
+        raise MethodNotAllowed("only GET and HEAD are allowed here", allowed=_READ)
+
+
+_READ = ("GET", "HEAD")
+_NO_BODY = frozenset(_READ)  # a tap: nothing to wait for, no wrapper to make
 HSTS = (b"strict-transport-security", b"max-age=31536000; includeSubDomains")
 
 

@@ -48,7 +48,9 @@ DELIVERY: Schema = {
         "event": {"type": "object", "properties": {"id": UUID, "type": {"type": "string"},
                                                     "createdAt": TIME}},
         "env": {"enum": ["test", "live"]}, "createdAt": TIME, "lastAttemptAt": OPT_TIME,
-        "nextAttemptAt": OPT_TIME, "durationMs": {"type": ["integer", "null"]},
+        "nextAttemptAt": {**OPT_TIME, "description": (
+            "when the next attempt goes; null once none is due and while the endpoint is Off")},
+        "durationMs": {"type": ["integer", "null"]},
         "responseStatus": {"type": ["integer", "null"]}, "error": {"type": ["string", "null"]},
         "request": {"type": "object", "properties": {"body": {"type": ["string", "null"]}}},
         "response": {"type": ["object", "null"]},

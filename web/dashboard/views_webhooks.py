@@ -37,6 +37,7 @@ from svc_engine.roles import Action
 from svc_engine.webhook_delivery import DeliveryStatus
 from svc_engine.webhook_endpoint import DESCRIPTION_MAX, SUBSCRIBABLE_EVENTS
 from svc_engine.webhook_records import Endpoint, parse_create
+from svc_engine.webhook_views import next_attempt_at_ms
 from web.dashboard import formats
 from web.dashboard.context import Dashboard, View, Viewer, see_other
 from web.dashboard.nav import NavEntry
@@ -59,6 +60,7 @@ from web.dashboard.webhook_display import (
     health_line,
     next_try,
     of_endpoint,
+    paused,
     plural,
     read_form,
     secret_check,
@@ -90,7 +92,8 @@ def register(dash: Dashboard) -> None:
         script.read_bytes()).hexdigest()[:10]
     dash.app.jinja_env.globals.update(
         webhook_health=health_line, webhook_label=endpoint_label, delivery_badges=STATUS_BADGES,
-        delivery_duration=duration, delivery_next_try=next_try, plural=plural,
+        delivery_duration=duration, delivery_next_try=next_try,
+        delivery_paused=paused, delivery_next_at=next_attempt_at_ms, plural=plural,
         event_help=EVENT_HELP, delivery_in_flight=IN_FLIGHT, webhook_secret_check=secret_check)
 
     def endpoint_map(viewer: Viewer) -> dict[str, Endpoint]:

@@ -13,7 +13,10 @@ tests agree on one wording:
   API's own rules (nothing is checked twice, nothing differently).
 * ``form_error``: a rule's message (``url must use https ...``) in the
   form's words, and the field it belongs to.
-* ``pretty_json``, ``duration``, ``next_try``: details of a delivery.
+* ``pretty_json``, ``duration``, ``next_try``, ``paused``: details of a
+  delivery. The next try is the API's ``nextAttemptAt``
+  (``webhook_views.next_attempt_at_ms``): while the endpoint is Off a
+  waiting delivery shows as paused, never as a time it will not be sent at.
 * ``secret_check``: which secret a Rotate form was made for.
 """
 
@@ -33,6 +36,7 @@ from svc_engine.webhook_delivery import Delivery, DeliveryStatus
 from svc_engine.webhook_endpoint import SUBSCRIBABLE_EVENTS
 from svc_engine.webhook_records import Endpoint
 from svc_engine.webhook_retry import MAX_ATTEMPTS
+from svc_engine.webhook_views import next_attempt_at_ms
 from web.dashboard.context import fmt_time
 from web.dashboard.formats import stamp
 
@@ -152,12 +156,24 @@ def duration(ms: int | None) -> str:
     return f"{ms / 1000:.1f} s"
 
 
-def next_try(d: Delivery) -> str | None:
-    """'<time to the second> (attempt 3 of 7)' while Retrying, else None."""
-    if d.status is not DeliveryStatus.RETRYING or d.next_attempt_at_ms is None:
+def paused(d: Delivery, endpoint: Endpoint | None) -> bool:
+    """A Queued or Retrying delivery held because its endpoint is Off: nothing
+    is attempted until the endpoint is turned on."""
+    return (d.status in (DeliveryStatus.QUEUED, DeliveryStatus.RETRYING)
+            and endpoint is not None and endpoint.is_off)
+
+
+def next_try(d: Delivery, endpoint: Endpoint | None) -> str | None:
+    """'<time to the second> (attempt 3 of 7)' while Retrying (the time the API
+    shows as ``nextAttemptAt``), 'Paused while the endpoint is off (attempt 3
+    of 7)' while it is held; else None."""
+    if d.status is not DeliveryStatus.RETRYING:
         return None
-    return f"{stamp(d.next_attempt_at_ms)} (attempt {d.scheduled_attempts + 1} of " \
-           f"{MAX_ATTEMPTS})"
+    attempt = f"(attempt {d.scheduled_attempts + 1} of {MAX_ATTEMPTS})"
+    if paused(d, endpoint):
+        return f"Paused while the endpoint is off {attempt}"
+    when = next_attempt_at_ms(d, endpoint)
+    return None if when is None else f"{stamp(when)} {attempt}"
 
 
 def endpoint_label(endpoint: Endpoint | None, limit: int = 60) -> str:
