@@ -3,10 +3,16 @@
 
 A pending handoff is ``handoffs`` (project | mode | user hash | created ms |
 id -> ``Handoff``) plus ``handoffs_by_time`` (expires ms | that key) for the
-sweep. Claiming reads the user's pending handoffs inside the write
-transaction, lets ``pick_handoff`` choose, clears them all, and records the
-open through the :class:`OpenRecorder` (the ``AttributionStore``) and the
-install's upgrade (storage/install_rows.py) in the same commit.
+sweep. Creating one reads the user's handoffs of the same millisecond inside
+the write transaction and gives the new one the next ``seq``
+(``next_seq``), so handoffs of one millisecond keep the order the writer
+committed them in; the key is unchanged (within a millisecond it still sorts
+by the random id), so reads order by ``creation_order``, and records stored
+before ``seq`` existed read as ``seq`` 0 (no migration). Claiming reads the
+user's pending handoffs inside the write transaction, lets ``pick_handoff``
+choose, clears them all, and records the open through the
+:class:`OpenRecorder` (the ``AttributionStore``) and the install's upgrade
+(storage/install_rows.py) in the same commit.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from storage.lmdb_store import LmdbStore
 from storage.writer import Op
 from svc_engine.attribution import Token, TokenState, token_state
 from svc_engine.errors import InstallNotRegistered, NotFound, ValidationError
-from svc_engine.handoffs import Handoff, pick_handoff
+from svc_engine.handoffs import Handoff, creation_order, next_seq, pick_handoff
 from svc_engine.installs import Confidence, InstallAttribution, Method
 from svc_engine.keys import Mode
 from svc_engine.links import Link
@@ -56,8 +62,10 @@ class HandoffsStore:
             b"handoffs", b"handoffs_by_time", b"tokens", b"installs", b"installs_by_time")}
 
     def pending(self, project_id: str, mode: str, user_hash: bytes) -> list[Handoff]:
+        """The user's stored handoffs (expired ones too, until swept), oldest
+        first (``creation_order``)."""
         rows = self.store.scan(b"handoffs", layout.scope(project_id, mode) + user_hash)
-        return [decode(Handoff, v) for _, v in rows]
+        return sorted((decode(Handoff, v) for _, v in rows), key=creation_order)
 
     async def create(self, project_id: str, handoff: Handoff, idem: IdemWrite | None,
                      *, svc_token: str | None = None) -> Handoff:
@@ -77,6 +85,9 @@ class HandoffsStore:
                 handoff = attrs.evolve(handoff, link_id=token.link_id)
             if self.opens.live_link(txn, handoff.link_id) is None:
                 raise NotFound("the handoff's link does not exist")
+            same_ms = self.store.scan_in(txn, b"handoffs", _ms_prefix(project_id, handoff))
+            handoff = attrs.evolve(handoff, seq=next_seq([decode(Handoff, v)
+                                                          for _, v in same_ms]))
             key = _handoff_key(project_id, handoff)
             txn.put(key, encode(handoff), db=db[b"handoffs"])
             txn.put(layout.ms(handoff.expires_at_ms) + key, b"", db=db[b"handoffs_by_time"])
@@ -132,6 +143,10 @@ class HandoffsStore:
         return len(due)
 
 
+def _ms_prefix(project_id: str, h: Handoff) -> bytes:
+    """The keys of the user's handoffs created in the same millisecond as ``h``."""
+    return layout.scope(project_id, h.mode.value) + h.user_hash + layout.ms(h.created_at_ms)
+
+
 def _handoff_key(project_id: str, h: Handoff) -> bytes:
-    return (layout.scope(project_id, h.mode.value) + h.user_hash + layout.ms(h.created_at_ms)
-            + layout.uid(h.id))
+    return _ms_prefix(project_id, h) + layout.uid(h.id)

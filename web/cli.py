@@ -131,6 +131,9 @@ def cmd_bootstrap(args: argparse.Namespace) -> None:
         _print(info)
     else:
         print(f"organization {info['organizationId']}\nproject      {info['projectId']}")
+        domains = [info["domain"] or "(default domain not recorded)",
+                   *list(info["customDomains"])]
+        print(f"domains      {' '.join(map(str, domains))}")
         for k, v in dict(info["keys"]).items():
             print(f"{k:12} {v}")
         owner = dict(info["owner"])

@@ -10,6 +10,7 @@ import argon2
 import cbor2
 
 from storage import accounts
+from storage.links_store import LinksStore
 from storage.lmdb_store import LmdbStore
 from svc_engine.errors import Forbidden, NotFound, ValidationError
 from svc_engine.ids import new_id
@@ -61,8 +62,11 @@ async def create_key(store: LmdbStore, project_id: str, kind: KeyKind, mode: Mod
 
 
 async def create_project(store: LmdbStore, org_id: str, name: str, random: Random,
-                         now_ms: int) -> tuple[Project, dict[str, str]]:
-    """A project with its four keys (publishable and secret, test and live)."""
+                         now_ms: int, *, default_domain: str | None = None
+                         ) -> tuple[Project, dict[str, str]]:
+    """A project with its four keys (publishable and secret, test and live).
+    ``default_domain``: the default link domain to record with it (bootstrap
+    records the one it was made for, so a later report need not guess)."""
     org = store.get_org(org_id)
     if org is None:
         raise NotFound(f"no organization {org_id}")
@@ -72,7 +76,7 @@ async def create_project(store: LmdbStore, org_id: str, name: str, random: Rando
         raise ValidationError("a project name is 1 to 100 characters, no control characters",
                               field="name")
     project = Project(id=new_id(random(16)), org_id=org_id, name=name.strip(),
-                      salt=random(32), created_at_ms=now_ms)
+                      salt=random(32), created_at_ms=now_ms, default_domain=default_domain)
     await store.create_project(project)
     keys = {}
     for (kind, mode), label in KEY_NAMES.items():
@@ -135,19 +139,27 @@ async def add_member(store: LmdbStore, org_id: str, user_id: str, role: Role,
 async def bootstrap(store: LmdbStore, public_url: str, random: Random,
                     now_ms: int) -> dict[str, object]:
     """Create the first organization, project, owner and keys on an empty data dir;
-    on a data dir that has them, report what exists (no password or secret keys)."""
+    on a data dir that has them, report what exists (no password or secret keys).
+
+    ``public_url`` is used only to create: its host is the default link
+    domain recorded with the new project. A report of an existing data dir
+    tells what is stored (:func:`link_domains`), whatever the ``public_url``
+    of this invocation (``svc bootstrap`` run without the service's
+    ``SVC_PUBLIC_URL`` reported ``127.0.0.1:8080``)."""
     existing = store.meta("bootstrap")
-    domain = domain_of(public_url)
     if existing is not None:
         info = cbor2.loads(existing)
         keys = {KEY_NAMES[(k.kind, k.mode)]: k.public_value or k.hint
                 for k in store.list_keys(info["project_id"]) if k.active
                 and k.name.startswith("default ")}
+        domain, custom = link_domains(store, info["project_id"])
         return {"created": False, "organizationId": info["org_id"],
-                "projectId": info["project_id"], "domain": domain, "keys": keys,
-                "owner": {"email": info["email"]}}
+                "projectId": info["project_id"], "domain": domain, "customDomains": custom,
+                "keys": keys, "owner": {"email": info["email"]}}
+    domain = domain_of(public_url)
     org = await create_org(store, "My organization", Plan.GROWTH, random, now_ms)
-    project, keys = await create_project(store, org.id, "My app", random, now_ms)
+    project, keys = await create_project(store, org.id, "My app", random, now_ms,
+                                         default_domain=domain)
     password = new_password(random)
     email = "owner@localhost"
     user = await create_user(store, email, password, random, now_ms)
@@ -157,4 +169,29 @@ async def bootstrap(store: LmdbStore, public_url: str, random: Random,
     if stored != record:  # another process bootstrapped concurrently; report theirs
         return await bootstrap(store, public_url, random, now_ms)
     return {"created": True, "organizationId": org.id, "projectId": project.id,
-            "domain": domain, "keys": keys, "owner": {"email": email, "password": password}}
+            "domain": domain, "customDomains": [], "keys": keys,
+            "owner": {"email": email, "password": password}}
+
+
+LINKS_LOOKED_AT = 100  # per mode, newest first, for a project without a recorded domain
+
+
+def link_domains(store: LmdbStore, project_id: str) -> tuple[str | None, list[str]]:
+    """The project's link domains as stored: its default domain and its
+    custom domains.
+
+    The default domain is the one recorded with the project at bootstrap.
+    A project bootstrapped before that was recorded has its newest link on
+    a domain that is not one of its custom domains tell it (links are made
+    on the serving default domain unless they name a custom one); None when
+    none of its ``LINKS_LOOKED_AT`` newest links of either mode is."""
+    project = store.get_project(project_id)
+    links = LinksStore(store)
+    custom = links.domains_of(project_id)
+    if project is not None and project.default_domain is not None:
+        return project.default_domain, custom
+    newest = [link for mode in ("live", "test")
+              for link in links.list(project_id, mode, limit=LINKS_LOOKED_AT).links
+              if link.domain not in custom]
+    found = max(newest, key=lambda link: link.created_at_ms, default=None)
+    return (found.domain if found is not None else None), custom

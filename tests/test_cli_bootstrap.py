@@ -1,0 +1,122 @@
+"""``svc bootstrap`` through the real CLI: on a data dir that exists it
+reports the link domains stored for the project, not the ones its own
+invocation's settings (SVC_PUBLIC_URL, --public-url) would give."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import lmdb
+import pytest
+import trio
+
+from storage import layout
+from storage.codec import encode
+from storage.links_store import LinksStore
+from storage.lmdb_store import LmdbStore
+from svc_engine.keys import Mode
+from svc_engine.links import Link
+
+pytestmark = pytest.mark.e2e
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def bootstrap(data: str, *args: str, public_url: str | None = None
+              ) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SVC_PUBLIC_URL"}
+    if public_url is not None:
+        env["SVC_PUBLIC_URL"] = public_url
+    done = subprocess.run([sys.executable, "-m", "web.cli", "bootstrap", "--data", data, *args],
+                          capture_output=True, text=True, timeout=60, check=False, env=env,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def report(data: str, *args: str, public_url: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(bootstrap(data, "--json", *args,
+                                               public_url=public_url).stdout)
+    return out
+
+
+def with_store(data: str, fn: Callable[[LmdbStore], Awaitable[None]]) -> None:
+    async def main() -> None:
+        store = LmdbStore(data, map_size=64 << 20)
+        try:
+            async with trio.open_nursery() as n:
+                await n.start(store.writer.run)
+                try:
+                    await fn(store)
+                finally:
+                    store.writer.close()
+        finally:
+            store.close()
+
+    trio.run(main)
+
+
+def test_a_second_bootstrap_reports_the_stored_domain_not_its_own_settings(
+        tmp_path: os.PathLike[str]) -> None:
+    data = os.path.join(str(tmp_path), "d")
+    first = report(data, public_url="https://go.example.com")
+    assert first["created"] is True and first["domain"] == "go.example.com"
+    for url, args in (("https://other.example", ()), (None, ()),  # default: 127.0.0.1:8080
+                      (None, ("--public-url", "http://elsewhere.example:9000"))):
+        again = report(data, *args, public_url=url)
+        assert again["created"] is False and again["projectId"] == first["projectId"]
+        assert again["domain"] == "go.example.com", (url, args)
+        assert again["customDomains"] == []
+    text = bootstrap(data, public_url="https://other.example").stdout
+    assert "domains      go.example.com\n" in text and "other.example" not in text
+
+
+def test_custom_domains_and_a_data_dir_bootstrapped_before_the_domain_was_recorded(
+        tmp_path: os.PathLike[str]) -> None:
+    """Such a project (its record has no default domain) has its newest link
+    not on a custom domain tell the domain its links are served on; with no
+    such link the domain is null, never the invocation's."""
+    data = os.path.join(str(tmp_path), "d")
+    pid = report(data, public_url="https://go.example.com")["projectId"]
+
+    async def forget_domain_add_custom(store: LmdbStore) -> None:
+        project = store.get_project(pid)
+        assert project is not None and project.default_domain == "go.example.com"
+        old = attrs.evolve(project, default_domain=None)
+
+        def put(txn: lmdb.Transaction) -> None:
+            txn.put(layout.uid(pid), encode(old), db=store.db(b"projects"))
+
+        await store.write(put)
+        await LinksStore(store).add_domain(pid, "links.shop.example", set())
+
+    with_store(data, forget_domain_add_custom)
+    legacy = report(data, public_url="https://other.example")
+    assert legacy["domain"] is None
+    assert legacy["customDomains"] == ["links.shop.example"]
+    assert "domains      (default domain not recorded) links.shop.example\n" in bootstrap(
+        data, public_url="https://other.example").stdout
+
+    async def make_links(store: LmdbStore) -> None:
+        links = LinksStore(store)
+        project = store.get_project(pid)
+        assert project is not None
+        made = [("old.example:8080", Mode.LIVE, 1), ("served.example", Mode.TEST, 2),
+                ("links.shop.example", Mode.LIVE, 3)]  # the newest is on the custom domain
+        for domain, mode, at in made:
+            link = Link(id=str(uuid.uuid4()), project_id=pid, mode=mode, domain=domain,
+                        slug=f"s{at}", path="/p", created_at_ms=at, updated_at_ms=at)
+            await links.create(link, org_id=project.org_id, quota=None, idem=None)
+
+    with_store(data, make_links)
+    for url in ("https://other.example", None):
+        got = report(data, public_url=url)
+        assert got["domain"] == "served.example", url
+        assert got["customDomains"] == ["links.shop.example"]
