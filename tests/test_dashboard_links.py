@@ -226,6 +226,31 @@ async def test_bad_parameters_are_refused(app: App, rows: list[tuple[str, str, s
     await m.aclose()
 
 
+async def test_a_parameter_type_the_form_does_not_offer_is_a_field_error(app: App) -> None:
+    """A tampered or stale form (a ``param_type`` its select has no option
+    for) is refused on the parameters with the form shown again as typed, on
+    create and on edit; nothing is saved (it was stored as text)."""
+    m = await signed_in(app, owner(app))
+    rows = [("kept", "text", "v"), ("odd", "json", "{\"a\": 1}")]
+    r = await post_form(m, "/dashboard/links/new", form_with_params(
+        {"path": "/x", "title": "Kept title"}, rows))
+    assert r.status_code == 400
+    assert ("The parameter &#39;odd&#39; has a type this form does not offer (&#39;json&#39;):"
+            " choose Text, Number, true or false") in r.text
+    assert 'id="f-params-error"' in r.text and "The link was not created: check" in r.text
+    assert 'value="kept"' in r.text and 'value="odd"' in r.text
+    assert 'value="Kept title"' in r.text
+    assert app.services.links.list(app.project_id, "test").links == []
+
+    ln = await api_link(app, params={"k": "v"})
+    edit = await post_form(m, f"/dashboard/links/{ln['id']}/edit", form_with_params(
+        {"path": "/p"}, [("k", "<script>", "w")]))
+    assert edit.status_code == 400 and 'id="f-params-error"' in edit.text
+    assert "(&#39;&lt;script&gt;&#39;)" in edit.text and "('<script>')" not in edit.text
+    assert (await api_get(app, ln["id"]))[1]["params"] == {"k": "v"}
+    await m.aclose()
+
+
 async def test_more_rows_adds_blank_parameter_rows_without_saving(app: App) -> None:
     m = await signed_in(app, owner(app))
     r = await post_form(m, "/dashboard/links/new", form_with_params(
@@ -462,6 +487,10 @@ def test_params_keep_their_types() -> None:
     for bad in ("inf", "nan", "", "1,5"):
         with pytest.raises(ValidationError):
             params_of((ParamRow("x", "number", bad),))
+    for kind in ("json", "", "Text", "TRUE", "x" * 1000):
+        with pytest.raises(ValidationError, match="a type this form does not offer") as e:
+            params_of((ParamRow("x", kind, "1"),))
+        assert e.value.field == "params" and len(str(e.value)) < 150
 
 
 def test_form_round_trip_of_a_link() -> None:

@@ -4,11 +4,19 @@ The API and the redirector are served without a framework's per-request
 machinery (see bench/README.md for why); the dashboard is a Quart-Trio app
 mounted behind the same front. Bodies are read with a cap: a declared or
 actual body over the limit is 413 ``payload_too_large`` without reading more.
+
+A JSON body holding an integer that orjson cannot decode exactly (below
+-2^63 or above 2^64-1: orjson makes it a float and drops digits, so
+123456789012345678901234567890 would be stored as 1.2345678901234568e+29) is
+400 ``validation_error`` naming the field, whatever the endpoint: no value
+is ever kept other than as sent (see :func:`inexact_integer`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
@@ -135,7 +143,72 @@ class Request:
             raise ValidationError("the request body is not valid JSON (UTF-8)") from None
         if depth_checked and too_deep(body, value):
             raise ValidationError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        inexact = inexact_integer(body)
+        if inexact is not None:
+            text, field = inexact
+            shown = text if len(text) <= 32 else f"{text[:24]}... ({len(text)} characters)"
+            raise ValidationError(
+                f"{field or 'the request body'}: the integer {shown} cannot be kept exactly "
+                "(integers lie within -2^63 and 2^64-1); send it as a string", field=field)
         return value
+
+
+EXACT_INT_MIN, EXACT_INT_MAX = -(2**63), 2**64 - 1
+"""The integers orjson decodes as ``int`` (and encodes back). Past them it
+decodes an integer as the nearest float, without an error."""
+_DIGITS_TO_ZEROS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x2E for b in range(256))
+_INEXACT_RUN = b"0" * 19  # every integer past the bounds has 19 digits or more
+_LONG_INTEGER = re.compile(rb'"(?:[^"\\]|\\.)*"|(?<![-+.0-9eE])(-?[0-9]{19,})(?![.0-9eE])')
+
+
+class _Inexact(str):
+    """The text of an integer orjson does not decode exactly (a marker)."""
+
+
+def inexact_integer(body: bytes) -> tuple[str, str | None] | None:
+    """The first integer of ``body`` (JSON that orjson decoded) that orjson
+    does not decode exactly, as its text and the field holding it
+    (``params.big``, ``events[0].properties.revenue``; None for the body
+    itself, or when not known); None when every integer is decoded exactly.
+
+    A body without a run of 19 digits has no such integer and is only
+    scanned, in C (about 0.8 ns a byte: 13 µs for a batch of 100 events,
+    whose orjson decode takes 40). Otherwise the standard library's decoder
+    reads it again with exact integers (a long number in a string, a phone
+    number say, costs that second read and nothing else)."""
+    if _INEXACT_RUN not in body.translate(_DIGITS_TO_ZEROS):
+        return None
+    found: list[_Inexact] = []
+
+    def exact(text: str) -> int | _Inexact:
+        if len(text) <= 21:  # "-18446744073709551616" is the shortest text past both bounds
+            number = int(text)
+            if EXACT_INT_MIN <= number <= EXACT_INT_MAX:
+                return number
+        found.append(_Inexact(text))
+        return found[-1]
+
+    try:
+        value = json.loads(body, parse_int=exact)
+    except (RecursionError, ValueError):  # nested past that decoder (orjson takes 1024 levels)
+        return next(((t.decode(), None) for t in _LONG_INTEGER.findall(body)
+                     if t and not isinstance(exact(t.decode()), int)), None)
+    return _first_inexact(value) if found else None
+
+
+def _first_inexact(value: Any) -> tuple[str, str | None] | None:
+    """The first :class:`_Inexact` in ``value`` in document order, with its
+    field (a duplicate key's earlier value is gone, as it is from orjson's)."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, _Inexact):
+            return str(v), path or None
+        if isinstance(v, dict):
+            stack.extend((x, f"{path}.{k}" if path else k) for k, x in reversed(v.items()))
+        elif isinstance(v, list):
+            stack.extend((x, f"{path}[{i}]") for i, x in reversed(list(enumerate(v))))
+    return None
 
 
 def too_deep(body: bytes, value: Any) -> bool:

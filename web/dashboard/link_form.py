@@ -5,8 +5,9 @@ The dashboard validates links with the API's own parsers
 exactly the rules of ``POST /v1/links``. This module only translates:
 
 - ``params`` are rows of key, type and value (``text``, ``number``,
-  ``true``/``false``); blank rows are ignored, a number that does not parse is
-  a ``ValidationError`` on ``params``;
+  ``true``/``false``); blank rows are ignored, a number that does not parse,
+  or a type the form does not offer (a tampered or stale form), is a
+  ``ValidationError`` on ``params``;
 - ``tags`` are one comma-separated field;
 - ``expiresAt`` is an ``<input type=datetime-local>`` read as UTC (the form
   says so) to the minute. On edit an expiry left as it was is not sent again,
@@ -32,6 +33,8 @@ from web.dashboard.formats import utc
 
 EMPTY_PARAM_ROWS = 3
 MAX_PARAM_ROWS = 50
+PARAM_TYPES = ("text", "number", "true", "false")
+"""The types a parameter row offers (the values of its ``<select>``)."""
 
 TEXT_FIELDS = ("path", "title", "campaign", "channel", "iosFallbackUrl", "androidFallbackUrl",
                "webFallbackUrl", "ogTitle", "ogDescription", "ogImageUrl")
@@ -184,6 +187,10 @@ def _row(key: str, value: ParamValue) -> ParamRow:
 
 
 def _param_value(row: ParamRow) -> ParamValue:
+    if row.type not in PARAM_TYPES:  # not from this form's <select>: never guess
+        raise ValidationError(
+            f"the parameter {row.key!r} has a type this form does not offer "
+            f"({row.type[:40]!r}): choose Text, Number, true or false", field="params")
     if row.type == "true":
         return True
     if row.type == "false":
