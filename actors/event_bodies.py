@@ -5,6 +5,11 @@ out; keeping the body spares reading and decoding the event back from the
 store. Bounded by bytes, oldest dropped first; a miss is not an error (the
 caller reads the store). Bodies never change once written, so a kept body is
 always the stored one.
+
+A body is kept as a copy of its own size: ``orjson.dumps`` (3.13) returns
+bytes whose allocation is at least 4 KiB whatever their length, so keeping
+its output would hold about ten times the bound for the usual ~500-byte
+event (a soak run measured ~200 MiB held against the 16 MiB counted).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ class RecentBodies:
     def remember(self, key: Hashable, body: bytes) -> None:
         if key in self._bodies:
             return
-        self._bodies[key] = body
+        self._bodies[key] = body = bytes(memoryview(body))  # right-sized (docstring)
         self._bytes += len(body)
         while self._bytes > self._max_bytes:
             self._bytes -= len(self._bodies.pop(next(iter(self._bodies))))

@@ -313,6 +313,11 @@ _MISSING = object()
 _AMOUNT = operator.itemgetter("revenue")
 _CURRENCY = operator.itemgetter("currency")
 _BY_KIND: dict[tuple[object, type], dict[object, Revenue | None]] = {}
+_MEMOS_MAX = 16
+"""Memos of ``_BY_KIND`` (currency and amount type pairs) kept at once: an
+app has a few currencies, and any three capital letters pass as one, so the
+product of the two bounds (16 x 4096 amounts, ~14 MiB) is what a client
+sending made-up currencies can make the process hold."""
 
 
 def _revenues(properties: Sequence[dict[str, object]]) -> tuple[Revenue | None, ...] | None:
@@ -351,7 +356,7 @@ def _memo_of(currency: object, kind: type) -> dict[object, Revenue | None]:
     of :func:`_revenue`, split so a batch is looked up by amount alone)."""
     memo = _BY_KIND.get((currency, kind))
     if memo is None:
-        if len(_BY_KIND) >= _MEMO_MAX:
+        if len(_BY_KIND) >= _MEMOS_MAX:
             _BY_KIND.clear()
         memo = _BY_KIND[currency, kind] = {}
     return memo
@@ -361,7 +366,8 @@ def _revenue(properties: dict[str, object]) -> Revenue | None:
     """``svc_engine.events.revenue``, remembered per (currency, amount type,
     amount): apps send the same few prices over and over, and building the
     exact decimal of a float is the costliest step of encoding an event.
-    Bounded: a memo is cleared when it holds 4096 entries."""
+    Bounded: a memo is cleared when it holds 4096 entries, and all of them
+    when a seventeenth currency and type pair comes (``_MEMOS_MAX``)."""
     currency, amount = properties.get("currency"), properties.get("revenue")
     if not isinstance(currency, str) or not isinstance(amount, int | float) or amount == 0:
         return revenue(properties)  # 0 too: 0.0 and -0.0 are equal keys, not equal text

@@ -4,6 +4,8 @@ in-process (real store and actors, requests over ASGI)."""
 from __future__ import annotations
 
 import hashlib
+import threading
+from typing import Any
 
 import attrs
 import trio
@@ -26,6 +28,8 @@ from tests.dashboard_support import (
     password_of,
     signed_in,
 )
+from web import tenancy
+from web.dashboard.context import PASSWORD_THREADS
 
 HOUR = 3600
 
@@ -310,3 +314,41 @@ async def test_a_trailing_slash_after_dashboard_leads_home(app: App) -> None:
         r = await c.get("/dashboard/?from=bookmark")
         assert r.status_code == 308 and r.headers["location"] == "/dashboard?from=bookmark"
         assert (await c.get("/dashboard/")).headers["location"] == "/dashboard"
+
+
+async def test_password_checks_run_two_at_a_time(app: App, monkeypatch: Any) -> None:
+    """argon2 holds 64 MiB a check: sign-ins sent at once are checked at most
+    PASSWORD_THREADS at a time (trio's 40 worker threads let 40 sign-ins hold
+    about 2 GiB), the others waiting their turn, and all are answered."""
+    lock, gate = threading.Lock(), threading.Event()
+    active, peak = [0], [0]
+
+    def slow_check(password_hash: str, password: str) -> bool:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        gate.wait(10)
+        with lock:
+            active[0] -= 1
+        return False
+
+    monkeypatch.setattr(tenancy, "verify_password", slow_check)
+    limiter = dashboard_of(app).passwords
+    codes: list[int] = []
+    async with browser(app) as c:
+        token = csrf_of((await c.get("/dashboard")).text)
+
+        async def guess(n: int) -> None:
+            r = await c.post("/dashboard/sign-in", data={
+                "csrf": token, "email": f"u{n}@example.com", "password": "wrong-password"})
+            codes.append(r.status_code)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(6):
+                nursery.start_soon(guess, n)
+            with trio.fail_after(10):  # until every guess reached its check
+                while active[0] + limiter.statistics().tasks_waiting < 6:
+                    await trio.sleep(0.01)
+            assert active[0] == PASSWORD_THREADS and peak[0] == PASSWORD_THREADS
+            gate.set()
+    assert codes == [400] * 6

@@ -358,3 +358,22 @@ def test_new_events_are_the_per_event_records(spec: list[tuple[int, str | None, 
         assert new.values[i] == b"\x02" + uid16(INSTALL) + orjson.dumps(
             {"id": items[i]["id"], "name": name, "properties": items[i]["properties"],
              "linkId": link, "occurredAt": items[i]["occurredAt"]})
+
+
+def test_revenue_memos_stay_bounded_with_made_up_currencies() -> None:
+    """Any three capital letters pass as a currency, so a client could send a
+    new one with every batch: the memos of all currencies together stay within
+    ``_MEMOS_MAX`` x ``_MEMO_MAX`` entries (they once grew to 4096 x 4096)."""
+    from storage import event_records
+
+    event_records._BY_KIND.clear()
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    for i in range(300):
+        currency = letters[i // 26 % 26] + letters[i % 26] + "Q"
+        found = event_records._revenues(
+            [{"currency": currency, "revenue": float(a) + 0.5} for a in range(100)])
+        assert found is not None and found[1] == (currency, decimal.Decimal("1.5"))
+    held = sum(map(len, event_records._BY_KIND.values()))
+    assert len(event_records._BY_KIND) <= event_records._MEMOS_MAX
+    assert held <= event_records._MEMOS_MAX * event_records._MEMO_MAX
+    assert held <= 16 * 100  # what the last sixteen currencies' batches left

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import attrs
+import trio
 from quart import Response, current_app, g, render_template, request
 from quart.typing import ResponseReturnValue
 
@@ -48,6 +49,8 @@ THEME_COOKIE = "svc_theme"
 THEMES = ("light", "dark", "system")
 COOKIE_PATH = "/dashboard"
 HOME = "/dashboard"
+PASSWORD_THREADS = 2
+"""argon2 checks and hashes run at once (each holds 64 MiB while it runs)."""
 View = Callable[..., Awaitable[ResponseReturnValue]]
 log = logging.getLogger("svc.dashboard")
 
@@ -102,6 +105,9 @@ class Dashboard:
         self.services = services
         self.throttle = SignInThrottle(services.server_secret)
         self.once = FormOnce(services.clock.now_ms, services.random)
+        self.passwords = trio.CapacityLimiter(PASSWORD_THREADS)
+        """Password hashes and checks running at once (views_auth.py: argon2
+        holds 64 MiB each while it runs)."""
         self.nav: list[NavEntry] = list(DEFAULT_NAV)
         self.routes: list[RouteInfo] = []
         self.notices: dict[str, str] = {}

@@ -6,6 +6,10 @@ one takes tens of milliseconds of CPU, so it runs in a worker thread, and an
 unknown e-mail is checked against a dummy hash so both cases take as long.
 Failed attempts feed the sign-in throttle (throttle.py): past its limit the
 page answers 429 with ``Retry-After``.
+
+Each check or hash also holds 64 MiB for argon2 while it runs, so at most
+``PASSWORD_THREADS`` (context.py) run at once; the others wait their turn. (With trio's
+default of 40 worker threads, 40 sign-ins sent at once held about 2 GiB.)
 """
 
 from __future__ import annotations
@@ -31,16 +35,18 @@ def register(dash: Dashboard) -> None:
     dash.notices.update({"signed-out": "You are signed out.",
                          "joined": "Welcome! You have joined the organization."})
     dummy: list[str] = []
+    passwords = dash.passwords  # argon2's memory (docstring)
 
     async def check_password(user: User | None, password: str) -> bool:
         if user is None:
             if not dummy:
-                dummy.append(await trio.to_thread.run_sync(tenancy.hash_password,
-                                                           "not-a-password"))
-            await trio.to_thread.run_sync(tenancy.verify_password, dummy[0], password)
+                dummy.append(await trio.to_thread.run_sync(
+                    tenancy.hash_password, "not-a-password", limiter=passwords))
+            await trio.to_thread.run_sync(tenancy.verify_password, dummy[0], password,
+                                          limiter=passwords)
             return False
         return await trio.to_thread.run_sync(tenancy.verify_password, user.password_hash,
-                                             password)
+                                             password, limiter=passwords)
 
     async def start_session(viewer: Viewer | None, user_id: str, org_id: str | None,
                             target: str) -> Response:
@@ -146,7 +152,8 @@ def register(dash: Dashboard) -> None:
                 user_id = existing.id
             else:
                 check_new_password(password, form.get("confirm", ""))
-                pw_hash = await trio.to_thread.run_sync(tenancy.hash_password, password)
+                pw_hash = await trio.to_thread.run_sync(tenancy.hash_password, password,
+                                                         limiter=passwords)
                 user = User(id=new_id(dash.services.random(16)), email=invite.email,
                             password_hash=pw_hash, created_at_ms=now)
                 await accounts.accept_invite(dash.store, h, now, new_user=user)
