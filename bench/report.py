@@ -299,6 +299,7 @@ def render_readme(record: RunRecord, kept: str, sections: Mapping[str, str] | No
         ".venv/bin/python -m bench.overload [--quick]      #   rewrites only its section",
         ".venv/bin/python -m bench.scale [--lite|--quick]  # full: 1M links, 10M clicks",
         ".venv/bin/python -m bench.memory [--quick]",
+        ".venv/bin/python -m bench.soak [--quick]  # memory over time, not in make bench",
         "make bench-scale                            # the full scale step (~15 min)",
         ".venv/bin/python -m bench.ab --target NAME --side base=HEAD~1 --side new=.  # A/B",
         "```",
