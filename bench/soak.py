@@ -172,20 +172,19 @@ def live_bytes(data: Path) -> int:
         env.close()
 
 
+@attrs.define(eq=False)
 class Sampler:
-    def __init__(self, server: RunningServer, data: Path, load: Load, keys: KeySpace,
-                 started: float, total_s: float) -> None:
-        self.server = server
-        self.data = data
-        self.load = load
-        self.keys = keys
-        self.started = started
-        self.total_s = total_s
-        self.samples: list[dict[str, Any]] = []
-        self.live_errors = 0
-        self._last_requests = 0
-        self._last_t = 0.0
-        self.metrics_errors = 0
+    server: RunningServer
+    data: Path
+    load: Load
+    keys: KeySpace
+    started: float
+    total_s: float
+    samples: list[dict[str, Any]] = attrs.field(init=False, factory=list)
+    live_errors: int = attrs.field(init=False, default=0)
+    _last_requests: int = attrs.field(init=False, default=0)
+    _last_t: float = attrs.field(init=False, default=0.0)
+    metrics_errors: int = attrs.field(init=False, default=0)
 
     async def sample(self, client: httpx.AsyncClient) -> dict[str, Any]:
         t = time.monotonic() - self.started

@@ -250,54 +250,58 @@ EXPECTED: dict[str, set[int]] = {
 }
 
 
+# The mix: each op (the ``Load`` method of that name) and its weight, how often
+# it is picked relative to the others.
+OPS: dict[str, float] = {
+    "tap_desktop": 10, "tap_android": 12, "tap_iphone": 12, "tap_bot": 2,
+    "tap_unknown_slug": 2, "wellknown": 1, "init_android": 8, "init_ios": 7, "init_other": 3,
+    "init_later": 4, "resolve": 6, "events": 10, "claim": 3, "sdk_link": 0.5,
+    "handoff_create": 3, "link_create": 1, "links_list": 0.7, "link_get": 1, "link_patch": 0.5,
+    "analytics": 0.5, "deliveries": 0.3, "replay": 1, "bad_key": 2, "wrong_kind": 1,
+    "malformed_json": 1, "invalid_body": 1, "idem_conflict": 0.7, "install_conflict": 0.7,
+    "wrong_method": 0.5, "unknown_api_path": 1, "claim_unregistered": 0.5,
+    "resolve_unknown": 0.5, "healthz": 0.3,
+}
+Op = Callable[[], Awaitable[None]]
+
+
+def _deque(maxlen: int) -> Callable[[], deque[Any]]:
+    """An attrs factory: an empty deque of at most ``maxlen`` items."""
+    return lambda: deque(maxlen=maxlen)
+
+
+@attrs.define(eq=False)
 class Load:
-    def __init__(self, tenant: Tenant, keys: KeySpace, *, rate: float, workers: int,
-                 signin_rate: float, rng: random.Random) -> None:
-        self.t = tenant
-        self.keys = keys
-        self.rate = rate
-        self.workers = workers
-        self.signin_rate = signin_rate
-        self.rng = rng
-        self.stats = Stats()
-        self.tokens: deque[tuple[str, str]] = deque(maxlen=4000)   # (mode, referrer)
-        self.ios_taps: deque[tuple[str, str, str]] = deque(maxlen=4000)  # mode, addr, osver
-        self.installs: dict[str, deque[str]] = {"live": deque(maxlen=5000),
-                                                "test": deque(maxlen=2000)}
-        self.handoff_users: deque[tuple[str, str]] = deque(maxlen=3000)  # mode, user
-        self.replayable: deque[tuple[str, str, str, bytes, str]] = deque(maxlen=500)
-        self.client: httpx.AsyncClient | None = None
-        # Held by each dashboard sign-in from its GET to its answer; the sampler
-        # takes it to read the server's memory with no sign-in in flight (each
-        # holds 64 MiB for argon2 while its password is checked).
-        self.signin_lock = trio.Lock()
-        self.ops: list[tuple[str, float, Callable[[], Awaitable[None]]]] = [
-            ("tap_desktop", 10, self.tap_desktop), ("tap_android", 12, self.tap_android),
-            ("tap_iphone", 12, self.tap_iphone), ("tap_bot", 2, self.tap_bot),
-            ("tap_unknown_slug", 2, self.tap_unknown_slug), ("wellknown", 1, self.wellknown),
-            ("init_android", 8, self.init_android), ("init_ios", 7, self.init_ios),
-            ("init_other", 3, self.init_other), ("init_later", 4, self.init_later),
-            ("resolve", 6, self.resolve), ("events", 10, self.events),
-            ("claim", 3, self.claim), ("sdk_link", 0.5, self.sdk_link),
-            ("handoff_create", 3, self.handoff_create), ("link_create", 1, self.link_create),
-            ("links_list", 0.7, self.links_list), ("link_get", 1, self.link_get),
-            ("link_patch", 0.5, self.link_patch), ("analytics", 0.5, self.analytics),
-            ("deliveries", 0.3, self.deliveries), ("replay", 1, self.replay),
-            ("bad_key", 2, self.bad_key), ("wrong_kind", 1, self.wrong_kind),
-            ("malformed_json", 1, self.malformed_json), ("invalid_body", 1, self.invalid_body),
-            ("idem_conflict", 0.7, self.idem_conflict),
-            ("install_conflict", 0.7, self.install_conflict),
-            ("wrong_method", 0.5, self.wrong_method),
-            ("unknown_api_path", 1, self.unknown_api_path),
-            ("claim_unregistered", 0.5, self.claim_unregistered),
-            ("resolve_unknown", 0.5, self.resolve_unknown), ("healthz", 0.3, self.healthz),
-        ]
-        total = sum(w for _, w, _ in self.ops)
-        self._cumulative = []
+    t: Tenant
+    keys: KeySpace
+    rate: float = attrs.field(kw_only=True)
+    workers: int = attrs.field(kw_only=True)
+    signin_rate: float = attrs.field(kw_only=True)
+    rng: random.Random = attrs.field(kw_only=True)
+    stats: Stats = attrs.field(init=False, factory=Stats)
+    tokens: deque[tuple[str, str]] = attrs.field(init=False,  # (mode, referrer)
+                                                 factory=_deque(4000))
+    ios_taps: deque[tuple[str, str, str]] = attrs.field(init=False,  # mode, addr, osver
+                                                        factory=_deque(4000))
+    installs: dict[str, deque[str]] = attrs.field(init=False, factory=lambda: {
+        "live": deque(maxlen=5000), "test": deque(maxlen=2000)})
+    handoff_users: deque[tuple[str, str]] = attrs.field(init=False,  # mode, user
+                                                        factory=_deque(3000))
+    replayable: deque[tuple[str, str, str, bytes, str]] = attrs.field(init=False,
+                                                                      factory=_deque(500))
+    client: httpx.AsyncClient | None = attrs.field(init=False, default=None)
+    # Held by each dashboard sign-in from its GET to its answer; the sampler
+    # takes it to read the server's memory with no sign-in in flight (each
+    # holds 64 MiB for argon2 while its password is checked).
+    signin_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
+    _cumulative: list[tuple[float, str, Op]] = attrs.field(init=False, factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        total = sum(OPS.values())
         acc = 0.0
-        for name, w, fn in self.ops:
+        for name, w in OPS.items():
             acc += w / total
-            self._cumulative.append((acc, name, fn))
+            self._cumulative.append((acc, name, getattr(self, name)))
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -575,12 +579,20 @@ class Load:
         await self._send("deliveries", "GET", "/v1/webhooks/deliveries",
                          headers=self._server(self._sk("live")))
 
-    async def replay(self) -> None:
+    def _sent_before(self) -> tuple[str, bytes, dict[str, str]] | None:
+        """A request sent before with an Idempotency-Key, to send again: its path,
+        its body, and its headers with its key (None while there is none)."""
         if not self.replayable:
-            return
+            return None
         _, path, key, raw, idem = self.rng.choice(self.replayable)
         h = self._sdk(key, write=False) if key.startswith("pk_") else self._server(key)
         h["idempotency-key"] = idem
+        return path, raw, h
+
+    async def replay(self) -> None:
+        if (before := self._sent_before()) is None:
+            return
+        path, raw, h = before
         await self._send("replay", "POST", path, headers=h, body=raw)
 
     # -- refusals ---------------------------------------------------------------------------
@@ -620,11 +632,9 @@ class Load:
                          json_body=body)
 
     async def idem_conflict(self) -> None:
-        if not self.replayable:
+        if (before := self._sent_before()) is None:
             return
-        _, path, key, raw, idem = self.rng.choice(self.replayable)
-        h = self._sdk(key, write=False) if key.startswith("pk_") else self._server(key)
-        h["idempotency-key"] = idem
+        path, raw, h = before
         changed = json.loads(raw)  # a known field changed: another body, the same key
         if path == "/v1/links":
             changed["path"] = f"/changed/{self.rng.randrange(10**6)}"
@@ -690,7 +700,7 @@ class Load:
 
     # -- running -----------------------------------------------------------------------------
 
-    def pick(self) -> tuple[str, Callable[[], Awaitable[None]]]:
+    def pick(self) -> tuple[str, Op]:
         x = self.rng.random()
         for acc, name, fn in self._cumulative:
             if x <= acc:
@@ -703,8 +713,7 @@ class Load:
         async with httpx.AsyncClient(base_url=self.t.base_url, timeout=30, limits=limits,
                                      follow_redirects=False) as client:
             self.client = client
-            send, receive = trio.open_memory_channel[tuple[str, Callable[[], Awaitable[None]]]](
-                self.workers)
+            send, receive = trio.open_memory_channel[tuple[str, Op]](self.workers)
 
             async def worker() -> None:
                 async for name, fn in receive:

@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,10 +47,9 @@ from playwright.sync_api import expect
 
 from tests.deferred_helpers import ANDROID_UA, IOS_UA, PLATFORMS, SDK, init_body, new_install
 from tests.server_process import ServerProcess
-from tests.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, owner_of, sign_in
+from tests.test_dashboard_browser import Save, launched_chromium, new_page, owner_of, sign_in
 
 pytestmark = pytest.mark.browser
-Save = Callable[[Any, str], Any]
 
 # Every WCAG 2 success criterion of level A and AA that axe checks. The dark
 # theme changes only colours, so there axe runs only its colour rules; a phone
@@ -130,6 +128,11 @@ class Audit:
         self.unmeasured: list[Finding] = []
         self.pages: list[str] = []
 
+    def visit(self, page: Any, path: str, label: str) -> None:
+        """Go to ``path`` and check the page there."""
+        page.goto(path)
+        self.check(page, label)
+
     def check(self, page: Any, label: str, *, within: str | None = None) -> None:
         """Check the page, or only the part matching ``within`` (an open menu)."""
         page.wait_for_load_state()
@@ -200,13 +203,8 @@ class Audit:
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    assert shutil.which(CHROMIUM), "Chromium is missing: run `make browser` (Debian package)"
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with launched_chromium() as b:
         yield b
-        b.close()
 
 
 @dataclass
@@ -268,10 +266,8 @@ def new_context(chromium: Any, server: ServerProcess, **options: Any) -> tuple[A
     colour is read mid-transition), light colour scheme (the dark one is emulated
     per check)."""
     options = {"viewport": {"width": 1280, "height": 900}, **options}
-    ctx = chromium.new_context(base_url=server.url, reduced_motion="reduce",
-                               color_scheme="light", **options)
-    ctx.set_default_timeout(10_000)
-    return ctx, ctx.new_page()
+    return new_page(chromium, server.url, reduced_motion="reduce", color_scheme="light",
+                    **options)
 
 
 HOOKS = "/dashboard/settings/webhooks"
@@ -377,8 +373,7 @@ def test_pages_on_a_phone_pass_axe(chromium: Any, seeded: Seeded,
     try:
         sign_in(page, *owner_of(server))
         for path, label in [*build_pages(seeded), *webhook_pages(seeded), *SETTINGS_PAGES]:
-            page.goto(path)
-            audit.check(page, f"{label} (phone)")
+            audit.visit(page, path, f"{label} (phone)")
         check_menus(audit, page, "phone")
     finally:
         failure_screenshot(page, "phone")
@@ -452,23 +447,20 @@ def test_every_dashboard_page_passes_axe_wcag_a_and_aa(chromium: Any, seeded: Se
     guest_ctx, guest = new_context(chromium, server)
     try:
         # -- signed out ------------------------------------------------------------
-        page.goto("/dashboard")
-        audit.check(page, "sign-in")
+        audit.visit(page, "/dashboard", "sign-in")
         page.get_by_label("E-mail").fill(email)
         page.get_by_label("Password").fill("not the password")
         page.get_by_role("button", name="Sign in").click()
         expect(page.get_by_role("alert")).to_be_visible()
         audit.check(page, "sign-in, wrong password")
-        guest.goto("/dashboard/no-such-page")
-        audit.check(guest, "404, signed out")
+        audit.visit(guest, "/dashboard/no-such-page", "404, signed out")
 
         # -- signed in: Links, Live events, Build ----------------------------------
         sign_in(page, email, password)
         audit.check(page, "SDK")
         check_menus(audit, page, "owner")
         for path, label in build_pages(seeded):
-            page.goto(path)
-            audit.check(page, label)
+            audit.visit(page, path, label)
         page.goto("/dashboard/build/debugger")
         page.get_by_role("link", name=re.compile(r"^Replay the click")).first.click()
         page.locator("#click-result").wait_for()
@@ -481,8 +473,7 @@ def test_every_dashboard_page_passes_axe_wcag_a_and_aa(chromium: Any, seeded: Se
         audit.check(page, "new link, field error")
 
         # -- Settings: keys, webhooks, team, billing --------------------------------
-        page.goto("/dashboard/settings/keys")
-        audit.check(page, "API keys")
+        audit.visit(page, "/dashboard/settings/keys", "API keys")
         page.get_by_label("Name").fill("CI server")
         page.get_by_label("Secret").check()
         page.get_by_role("button", name="Create test key").click()
@@ -490,8 +481,7 @@ def test_every_dashboard_page_passes_axe_wcag_a_and_aa(chromium: Any, seeded: Se
         audit.check(page, "API keys, new key shown")
 
         for path, label in webhook_pages(seeded):
-            page.goto(path)
-            audit.check(page, label)
+            audit.visit(page, path, label)
         page.goto(f"{HOOKS}/new")
         page.get_by_label("Endpoint URL").fill("http://not-https.example.com/")
         page.get_by_role("button", name="Add endpoint").click()
@@ -502,64 +492,51 @@ def test_every_dashboard_page_passes_axe_wcag_a_and_aa(chromium: Any, seeded: Se
         expect(page.get_by_role("textbox", name="Signing secret")).to_be_visible()
         audit.check(page, "webhook endpoint, secret shown")
 
-        page.goto("/dashboard/settings/team")
-        audit.check(page, "team")
+        audit.visit(page, "/dashboard/settings/team", "team")
         page.get_by_label("E-mail").fill("marketer@example.com")
         page.get_by_label("Role", exact=True).select_option("marketer")
         page.get_by_role("button", name="Create invitation").click()
         invite = page.get_by_label("Invitation link").input_value()
         audit.check(page, "team, invitation shown")
 
-        page.goto("/dashboard/settings/billing")
-        audit.check(page, "billing")
+        audit.visit(page, "/dashboard/settings/billing", "billing")
         page.get_by_role("button", name="Switch to Starter").click()
         page.wait_for_url(re.compile(r"done=plan-changed"))
         audit.check(page, "billing, plan changed")
-        page.goto(HOOKS)
-        audit.check(page, "webhooks, below the plan")
+        audit.visit(page, HOOKS, "webhooks, below the plan")
         page.goto("/dashboard/settings/billing")
         page.get_by_role("button", name="Switch to Growth").click()
         page.wait_for_url(re.compile(r"done=plan-changed"))
 
         # -- an invitee: the invitation, refusals, no organization -----------------
-        guest.goto(invite)
-        audit.check(guest, "invitation")
+        audit.visit(guest, invite, "invitation")
         guest.get_by_label("Choose a password").fill("correct horse battery")
         guest.get_by_label("Repeat the password").fill("correct horse battery")
         guest.get_by_role("button", name="Create account and join").click()
         guest.wait_for_url(re.compile(r"done=joined"))
         audit.check(guest, "SDK, just joined (marketer)")
         check_menus(audit, guest, "marketer")
-        guest.goto(HOOKS)
-        audit.check(guest, "webhooks, refused to a marketer")
-        guest.goto("/dashboard/projects/new")
-        audit.check(guest, "new project, refused to a marketer")
+        audit.visit(guest, HOOKS, "webhooks, refused to a marketer")
+        audit.visit(guest, "/dashboard/projects/new", "new project, refused to a marketer")
         page.goto("/dashboard/settings/team")
         row = page.get_by_role("row").filter(has_text="marketer@example.com")
         row.get_by_text("Remove…").click()
         row.get_by_role("button", name=re.compile("^Remove")).click()
         page.wait_for_load_state()
-        guest.goto("/dashboard/links")
-        audit.check(guest, "no organization")
+        audit.visit(guest, "/dashboard/links", "no organization")
         guest_ctx.clear_cookies()
-        guest.goto(invite)
-        audit.check(guest, "invitation, used")
+        audit.visit(guest, invite, "invitation, used")
 
         # -- workspaces and errors --------------------------------------------------
-        page.goto("/dashboard/no-such-page")
-        audit.check(page, "404")
-        page.goto(f"/dashboard/links/{uuid.uuid4()}")
-        audit.check(page, "link not found")
-        page.goto("/dashboard/orgs/new")
-        audit.check(page, "new organization")
-        page.goto("/dashboard/projects/new")
-        audit.check(page, "new project")
+        audit.visit(page, "/dashboard/no-such-page", "404")
+        audit.visit(page, f"/dashboard/links/{uuid.uuid4()}", "link not found")
+        audit.visit(page, "/dashboard/orgs/new", "new organization")
+        audit.visit(page, "/dashboard/projects/new", "new project")
         page.get_by_label("Project name").fill("Second app")
         page.get_by_role("button", name="Create project").click()
         expect(page.get_by_role("heading", name="Second app is ready")).to_be_visible()
         audit.check(page, "project created")
-        page.goto("/dashboard/links")
-        audit.check(page, "links, empty project")
+        audit.visit(page, "/dashboard/links", "links, empty project")
     finally:
         failure_screenshot(page, "owner")
         failure_screenshot(guest, "guest")

@@ -9,6 +9,7 @@ A failed test leaves a screenshot under test-output/screenshots/.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 from collections.abc import Callable, Iterator
@@ -37,8 +38,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     srv.kill()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+@contextlib.contextmanager
+def launched_chromium() -> Iterator[Any]:
+    """Debian's Chromium, headless, through Playwright's sync API (closed on leaving)."""
     from playwright.sync_api import sync_playwright
 
     assert shutil.which(CHROMIUM), "Chromium is missing: run `make browser` (Debian package)"
@@ -46,6 +48,19 @@ def browser() -> Iterator[Any]:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+def new_page(browser: Any, base_url: str, **options: Any) -> tuple[Any, Any]:
+    """A new browser context on ``base_url`` (10-second timeouts), and a page in it."""
+    ctx = browser.new_context(base_url=base_url, **options)
+    ctx.set_default_timeout(10_000)
+    return ctx, ctx.new_page()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with launched_chromium() as b:
+        yield b
 
 
 class Pages:
@@ -56,9 +71,7 @@ class Pages:
         self.contexts: list[tuple[str, Any, Any]] = []
 
     def new(self, label: str, **options: Any) -> Any:
-        ctx = self.browser.new_context(base_url=self.base, **options)
-        ctx.set_default_timeout(10_000)
-        page = ctx.new_page()
+        ctx, page = new_page(self.browser, self.base, **options)
         self.contexts.append((label, ctx, page))
         return page
 
@@ -85,6 +98,20 @@ def sign_in(page: Any, email: str, password: str) -> None:
 
 def owner_of(server: ServerProcess) -> tuple[str, str]:
     return server.info["owner"]["email"], server.info["owner"]["password"]
+
+
+@contextlib.contextmanager
+def signed_in_page(browser: Any, server: ServerProcess, save: Save, label: str,
+                   **options: Any) -> Iterator[Any]:
+    """A page of a new context, signed in as the owner; on leaving, screenshotted
+    as ``label`` if the test failed, and its context closed."""
+    ctx, page = new_page(browser, server.url, **options)
+    try:
+        sign_in(page, *owner_of(server))
+        yield page
+    finally:
+        save(page, label)
+        ctx.close()
 
 
 def test_sign_in_and_sign_out(pages: Pages, server: ServerProcess) -> None:

@@ -12,7 +12,6 @@ test-output/screenshots/.
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,10 +19,9 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.server_process import ServerProcess
-from tests.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, owner_of, sign_in
+from tests.test_dashboard_browser import Save, launched_chromium, signed_in_page
 
 pytestmark = pytest.mark.browser
-Save = Callable[[Any, str], Any]
 
 
 @pytest.fixture
@@ -33,19 +31,10 @@ def server(server_factory: Callable[[], ServerProcess]) -> ServerProcess:
 
 @pytest.fixture
 def page(server: ServerProcess, failure_screenshot: Save) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    assert shutil.which(CHROMIUM), "Chromium is missing: run `make browser` (Debian package)"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        ctx = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
-        ctx.set_default_timeout(10_000)
-        p = ctx.new_page()
-        sign_in(p, *owner_of(server))
+    with launched_chromium() as browser, signed_in_page(
+            browser, server, failure_screenshot, "page",
+            viewport={"width": 1280, "height": 900}) as p:
         yield p
-        failure_screenshot(p, "page")
-        ctx.close()
-        browser.close()
 
 
 def links_of(server: ServerProcess) -> list[dict[str, Any]]:

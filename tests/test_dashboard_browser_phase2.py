@@ -11,7 +11,6 @@ test-output/screenshots/.
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,21 +20,15 @@ from playwright.sync_api import expect
 
 from tests.deferred_helpers import IOS_UA, PLATFORMS
 from tests.server_process import ServerProcess
-from tests.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, owner_of, sign_in
+from tests.test_dashboard_browser import Save, launched_chromium, signed_in_page
 
 pytestmark = pytest.mark.browser
-Save = Callable[[Any, str], Any]
 
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    assert shutil.which(CHROMIUM), "Chromium is missing: run `make browser` (Debian package)"
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with launched_chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
@@ -48,13 +41,9 @@ def server(server_factory: Callable[[], ServerProcess]) -> ServerProcess:
 
 @pytest.fixture
 def page(chromium: Any, server: ServerProcess, failure_screenshot: Save) -> Iterator[Any]:
-    ctx = chromium.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
-    ctx.set_default_timeout(10_000)
-    p = ctx.new_page()
-    sign_in(p, *owner_of(server))
-    yield p
-    failure_screenshot(p, "page")
-    ctx.close()
+    with signed_in_page(chromium, server, failure_screenshot, "page",
+                        viewport={"width": 1280, "height": 900}) as p:
+        yield p
 
 
 def tap_as_iphone(server: ServerProcess, slug: str) -> httpx.Response:
@@ -136,12 +125,8 @@ def test_new_pages_fit_a_phone(chromium: Any, server: ServerProcess,
                                          "title": "A title long enough to wrap " * 3,
                                          "tags": ["one", "two", "three", "four"]}).json()
     tap_as_iphone(server, link["slug"])
-    ctx = chromium.new_context(base_url=server.url, viewport={"width": 390, "height": 844},
-                               is_mobile=True)
-    ctx.set_default_timeout(10_000)
-    p = ctx.new_page()
-    try:
-        sign_in(p, *owner_of(server))
+    with signed_in_page(chromium, server, failure_screenshot, "phone",
+                        viewport={"width": 390, "height": 844}, is_mobile=True) as p:
         for path in ("/dashboard/links", "/dashboard/links/new", f"/dashboard/links/{link['id']}",
                      "/dashboard/live", "/dashboard/build/debugger",
                      f"/dashboard/build/debugger?link={link['slug']}",
@@ -149,6 +134,3 @@ def test_new_pages_fit_a_phone(chromium: Any, server: ServerProcess,
             p.goto(path)
             width = p.evaluate("document.documentElement.scrollWidth")
             assert width <= 390, (path, width)
-    finally:
-        failure_screenshot(p, "phone")
-        ctx.close()

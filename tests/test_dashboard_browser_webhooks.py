@@ -14,11 +14,10 @@ from __future__ import annotations
 import http.server
 import json
 import re
-import shutil
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,9 @@ import trustme
 from playwright.sync_api import expect
 
 from tests.server_process import ServerProcess
-from tests.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, owner_of, sign_in
+from tests.test_dashboard_browser import Save, launched_chromium, signed_in_page
 
 pytestmark = pytest.mark.browser
-Save = Callable[[Any, str], Any]
 DELIVERED_WITHIN_S = 10.0
 
 
@@ -89,29 +87,16 @@ def receiver_and_server(tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    assert shutil.which(CHROMIUM), "Chromium is missing: run `make browser` (Debian package)"
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with launched_chromium() as b:
         yield b
-        b.close()
-
-
-def new_page(chromium: Any, server: ServerProcess, **options: Any) -> tuple[Any, Any]:
-    ctx = chromium.new_context(base_url=server.url, **options)
-    ctx.set_default_timeout(10_000)
-    page = ctx.new_page()
-    sign_in(page, *owner_of(server))
-    return ctx, page
 
 
 def test_add_an_endpoint_send_a_test_and_see_it_delivered(
         chromium: Any, receiver_and_server: tuple[Receiver, ServerProcess],
         failure_screenshot: Save) -> None:
     receiver, server = receiver_and_server
-    ctx, page = new_page(chromium, server, viewport={"width": 1280, "height": 900})
-    try:
+    with signed_in_page(chromium, server, failure_screenshot, "desktop",
+                        viewport={"width": 1280, "height": 900}) as page:
         page.get_by_role("navigation", name="Dashboard").get_by_role(
             "link", name="Webhooks").click()
         expect(page.get_by_role("heading", name="Webhooks", level=1)).to_be_visible()
@@ -169,9 +154,6 @@ def test_add_an_endpoint_send_a_test_and_see_it_delivered(
         attempts = page.get_by_role("region", name="Attempts")
         assert attempts.get_by_role("row").filter(has_text="Delivered").count() == 1
         expect(page.get_by_role("button", name="Resend")).to_be_visible()
-    finally:
-        failure_screenshot(page, "desktop")
-        ctx.close()
 
 
 def test_webhook_pages_fit_a_phone(chromium: Any,
@@ -183,9 +165,8 @@ def test_webhook_pages_fit_a_phone(chromium: Any,
             "url": receiver.url + "/" + "long-path-segment" * 6,
             "description": "A description long enough to wrap on a phone " * 3}).json()
         delivery = c.post(f"/v1/webhooks/endpoints/{endpoint['id']}/test").json()
-    ctx, page = new_page(chromium, server, viewport={"width": 390, "height": 844},
-                         is_mobile=True)
-    try:
+    with signed_in_page(chromium, server, failure_screenshot, "phone",
+                        viewport={"width": 390, "height": 844}, is_mobile=True) as page:
         base = "/dashboard/settings/webhooks"
         for path in (base, base + "/new", f"{base}/{endpoint['id']}",
                      f"{base}/{endpoint['id']}/edit", f"{base}/{endpoint['id']}/delete",
@@ -193,6 +174,3 @@ def test_webhook_pages_fit_a_phone(chromium: Any,
             page.goto(path)
             width = page.evaluate("document.documentElement.scrollWidth")
             assert width <= 390, (path, width)
-    finally:
-        failure_screenshot(page, "phone")
-        ctx.close()
