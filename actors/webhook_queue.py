@@ -6,6 +6,24 @@ back) while fewer than ``senders`` attempts are in flight in all and fewer than
 ``per_endpoint`` for that endpoint, so one slow endpoint cannot hold every
 sender. A delivery is *busy* from the moment it is queued until its attempt is
 reported (or it is dropped): it is never queued twice.
+
+Memory is bounded: an endpoint's ready queue holds at most ``ready_cap``
+deliveries (READY_PER_ENDPOINT). ``add`` refuses a delivery when the queue is
+full; the caller leaves it in the store, and the endpoint has *overflowed*.
+The queue remembers, per overflowed endpoint, only the id from which its store
+must be read back: the smallest id refused, or where the last read-back
+stopped. Oldest (smallest id) first: while an endpoint has overflowed, ``add``
+also refuses a delivery newer than that id (a new event waits behind the
+backlog), and takes one older (a retry come due) while there is room. When
+the endpoint's queue runs down to a quarter of ``ready_cap``,
+``refills_due`` names it (once, until ``refill_ended``); the owner reads its
+due deliveries back oldest first (``take_back``, up to ``room``: three
+quarters of the cap, the last quarter is left to retries) and says where it
+stopped (``refilled``; at the end of the store the overflow is over). A
+manual attempt (``front``) is never refused. Dropping or forgetting an
+endpoint forgets its overflow (its waiting deliveries get their deadlines back
+when it is turned on). Delivery ids compare as the store orders them
+(canonical lowercase UUIDs).
 """
 
 from __future__ import annotations
@@ -15,16 +33,30 @@ from collections.abc import Iterator
 
 from svc_engine.webhook_delivery import Delivery
 
+READY_PER_ENDPOINT = 1_000
+"""Due deliveries held in memory per endpoint (a few hundred bytes each); the
+rest of a backlog waits in the store (a hung endpoint with events coming
+costs the data directory, not memory)."""
+
 
 class SendQueue:
-    def __init__(self, senders: int, per_endpoint: int) -> None:
+    def __init__(self, senders: int, per_endpoint: int,
+                 ready_cap: int = READY_PER_ENDPOINT) -> None:
+        if ready_cap < 1:
+            raise ValueError("a ready queue holds at least one delivery")
         self._senders = senders
         self._per_endpoint = per_endpoint
+        self._ready_cap = ready_cap
+        self._refill_at = ready_cap // 4
+        self._refill_to = ready_cap - ready_cap // 4
         self._ready: dict[str, deque[Delivery]] = {}
         self._busy: set[str] = set()
         # delivery id -> (the delivery as stored, its Sending state)
         self._sending: dict[str, tuple[Delivery, Delivery]] = {}
         self._in_flight: dict[str, int] = {}  # per endpoint
+        # endpoint id -> the delivery id to read its store from (module docstring)
+        self._overflow: dict[str, str] = {}
+        self._refilling: set[str] = set()  # named by refills_due, not ended yet
         self.running = 0
         """Attempts handed to senders and not yet reported."""
 
@@ -32,16 +64,76 @@ class SendQueue:
     def ready_count(self) -> int:
         return sum(len(q) for q in self._ready.values())
 
+    def ready_of(self, endpoint_id: str) -> int:
+        """Deliveries in one endpoint's ready queue."""
+        queue = self._ready.get(endpoint_id)
+        return len(queue) if queue is not None else 0
+
+    @property
+    def overflowed(self) -> int:
+        """Endpoints with due deliveries left in the store."""
+        return len(self._overflow)
+
     def is_busy(self, delivery_id: str) -> bool:
         return delivery_id in self._busy
 
-    def add(self, d: Delivery, *, front: bool = False) -> None:
+    def add(self, d: Delivery, *, front: bool = False) -> bool:
+        """Queue ``d`` (``front``: a manual attempt, first and never refused).
+        False: refused (the queue is full, or ``d`` is newer than deliveries
+        the endpoint has waiting in the store); the caller leaves ``d`` in the
+        store, to be read back (``refills_due``)."""
+        first = self._overflow.get(d.endpoint_id)
+        if front or (self.ready_of(d.endpoint_id) < self._ready_cap
+                     and (first is None or d.id < first)):
+            self._push(d, front)
+            return True
+        if first is None or d.id < first:
+            self._overflow[d.endpoint_id] = d.id
+        return False
+
+    def take_back(self, d: Delivery) -> None:
+        """Queue ``d``, read back from the store by the owner (who keeps
+        within ``room``)."""
+        self._push(d, False)
+
+    def _push(self, d: Delivery, front: bool) -> None:
         queue = self._ready.setdefault(d.endpoint_id, deque())
         if front:
             queue.appendleft(d)
         else:
             queue.append(d)
         self._busy.add(d.id)
+
+    def room(self, endpoint_id: str) -> int:
+        """Deliveries a read-back may queue for the endpoint (up to three
+        quarters of the cap)."""
+        return max(self._refill_to - self.ready_of(endpoint_id), 0)
+
+    def refills_due(self) -> list[str]:
+        """Overflowed endpoints whose ready queue ran low and that are not
+        being refilled; each is now being refilled until ``refill_ended``."""
+        due = [e for e in self._overflow
+               if e not in self._refilling and self.ready_of(e) <= self._refill_at]
+        self._refilling.update(due)
+        return due
+
+    def overflow_from(self, endpoint_id: str) -> str | None:
+        """The delivery id to read the endpoint's store from (None: it has not
+        overflowed)."""
+        return self._overflow.get(endpoint_id)
+
+    def refilled(self, endpoint_id: str, go_on_from: str | None) -> None:
+        """A read-back (begun at ``overflow_from``, in the same turn) stopped
+        at ``go_on_from``; None: it read the store to its end, the endpoint
+        has no overflow left."""
+        if go_on_from is None:
+            self._overflow.pop(endpoint_id, None)
+        elif endpoint_id in self._overflow:
+            self._overflow[endpoint_id] = go_on_from
+
+    def refill_ended(self, endpoint_id: str) -> None:
+        """The read-back asked for by ``refills_due`` is over (done or failed)."""
+        self._refilling.discard(endpoint_id)
 
     def startable(self) -> Iterator[Delivery]:
         """Take ready deliveries, round-robin, while the caps allow; the caller
@@ -83,7 +175,9 @@ class SendQueue:
         return self._sending.pop(delivery_id, None)
 
     def drop_ready(self, endpoint_id: str) -> deque[Delivery]:
-        """Take an endpoint's whole ready queue away (no longer busy)."""
+        """Take an endpoint's whole ready queue away (no longer busy), and
+        forget its overflow."""
+        self._overflow.pop(endpoint_id, None)
         queue = self._ready.pop(endpoint_id, deque())
         for d in queue:
             self._busy.discard(d.id)

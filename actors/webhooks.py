@@ -23,6 +23,20 @@ only ever post to it without blocking, so no send goes up the graph.
   kept). Turning the endpoint on re-arms its parked deliveries; a plan that
   returns is noticed by ``tick`` (every second while anything is parked) and
   its parked deliveries resume.
+* **Backlog**: an endpoint's ready queue holds at most READY_PER_ENDPOINT
+  deliveries (webhook_queue.py). A due delivery it refuses (full, or newer
+  than deliveries already waiting in the store) *overflows*: its state stays
+  in the store as it is (Queued or Retrying, due) and its deadline is
+  removed, as parking does; the queue remembers only where to read the
+  endpoint's store from. When that ready queue runs down to a quarter, a
+  mailbox call (``_refill``) settles the actor's writes and reads the
+  endpoint's open deliveries back from there, oldest first, taking those due
+  and not busy (at most REFILL_SCAN entries a call); once a read reaches the
+  end, new due deliveries are queued directly again. A hung endpoint with
+  events coming thus costs the data directory, not memory. Turning the
+  endpoint off forgets its overflow (turning on re-arms every waiting
+  delivery); a restart re-arms every waiting delivery, and those due come
+  back through the cap. Manual attempts are never refused.
 * **Sending**: ready deliveries go to the sender tasks (actors/webhook_pool.py).
   A scheduled attempt's Sending state is shown (actors/webhook_writes.py) but
   not written: the stored delivery stays Queued or Retrying with its
@@ -49,6 +63,7 @@ only ever post to it without blocking, so no send goes up the graph.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -74,6 +89,7 @@ from storage.webhooks_store import ATTEMPT_DEADLINE, WAITING, WebhookStore, atte
 from storage.writer import Op
 from svc_engine import webhook_delivery as deliveries
 from svc_engine.deadlines import Deadline
+from svc_engine.errors import Overloaded
 from svc_engine.outbox import OutboxEvent
 from svc_engine.plans import QUOTAS
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
@@ -84,6 +100,9 @@ log = logging.getLogger("svc.webhooks")
 OUTBOX_BATCH = 256
 RECOVER_PAGE = 1_000  # open deliveries read and re-armed per write at start and on turn-on
 MAILBOX_CAPACITY = 8192
+REFILL_SCAN = 2_000
+"""Open deliveries of an overflowed endpoint one read-back call reads at most
+(~10 us each); it asks for another call when it stopped short."""
 
 
 @attrs.define
@@ -92,6 +111,8 @@ class WebhookStats:
     ready: int = 0
     in_flight: int = 0
     parked_by_plan: int = 0
+    endpoints_overflowed: int = 0
+    """Endpoints with due deliveries waiting in the store (their ready queue was full)."""
     events_dispatched: int = 0
     deliveries_created: int = 0
     attempts: int = 0
@@ -138,6 +159,7 @@ class WebhookActor:
         self._stats.ready = self._queue.ready_count
         self._stats.in_flight = self._queue.running
         self._stats.parked_by_plan = sum(len(s) for s in self._parked_plan.values())
+        self._stats.endpoints_overflowed = self._queue.overflowed
         self._stats.write_failures = self._writes.failures
         self._stats.state_writes = self._writes.flushes
         return attrs.evolve(self._stats)
@@ -291,7 +313,8 @@ class WebhookActor:
 
     def _consider(self, d: Delivery, changes: Changes, *, front: bool = False,
                   plans: dict[str, bool] | None = None) -> None:
-        """A delivery whose attempt is due: ready it, or park it."""
+        """A delivery whose attempt is due: ready it, park it, or leave it in
+        the store (its endpoint's ready queue is full: module docstring)."""
         endpoint = self._endpoints.get(d.endpoint_id)
         if (endpoint is None or endpoint.is_off
                 or not self._plan_allows(endpoint.project_id, plans)):
@@ -301,7 +324,11 @@ class WebhookActor:
             if (deadline := attempt_deadline(d)) is not None:
                 changes.op(lambda txn: self._store.delete_deadline(txn, deadline))
             return
-        self._queue.add(d, front=front)
+        if self._queue.add(d, front=front):
+            return
+        # Overflowed: read back by _refill, not fired again by the timer.
+        if (overflowed := attempt_deadline(d)) is not None:
+            changes.op(lambda txn: self._store.delete_deadline(txn, overflowed))
 
     def _resume_plan_parked(self) -> None:
         changes = Changes()
@@ -330,14 +357,66 @@ class WebhookActor:
             if after is None:
                 break
 
+    async def _refill(self, endpoint_id: str) -> None:
+        """Read an overflowed endpoint's due deliveries back into its ready
+        queue (a mailbox call asked for by ``_pump``)."""
+        try:
+            await self._writes.settle()  # the scan reads committed states
+            changes = self._read_back(endpoint_id)
+        finally:
+            self._queue.refill_ended(endpoint_id)
+        self._pump(changes)
+
+    def _read_back(self, endpoint_id: str) -> Changes:
+        """The synchronous part of ``_refill``, after the actor's writes have
+        committed: every delivery before where it stops was taken, is not due
+        (its deadline is in the timer or the store), is busy, or is parked for
+        the plan (``tick`` resumes it through the cap)."""
+        changes = Changes()
+        go_on = self._queue.overflow_from(endpoint_id)
+        endpoint = self._endpoints.get(endpoint_id)
+        if go_on is None or endpoint is None or endpoint.is_off:
+            self._queue.refilled(endpoint_id, None)  # Off: turning on re-arms them all
+            return changes
+        allowed = self._plan_allows(endpoint.project_id)
+        parked = self._parked_plan.get(endpoint.project_id, set())  # tick resumes those
+        now = self._clock.now_ms()
+        room = self._queue.room(endpoint_id)
+        scanned = 0
+        while go_on is not None and scanned < REFILL_SCAN:
+            limit = min(RECOVER_PAGE, REFILL_SCAN - scanned)
+            page, after = self.tables.open_deliveries_from(endpoint_id, go_on, limit)
+            scanned += limit
+            for d in page:
+                if (not deliveries.is_due(d, now) or self._queue.is_busy(d.id)
+                        or d.id in parked):
+                    continue
+                if room == 0:
+                    self._queue.refilled(endpoint_id, d.id)
+                    return changes
+                room -= 1
+                if allowed:
+                    self._queue.take_back(d)
+                else:
+                    self._consider(d, changes)  # parked until the plan returns
+            go_on = after
+        self._queue.refilled(endpoint_id, go_on)
+        return changes
+
     # -- ready -> sending -> reported -------------------------------------------------
 
     def _pump(self, changes: Changes) -> None:
         """Start ready deliveries while senders are free; hold ``changes`` (with
-        what the starts change) to be written."""
+        what the starts change) to be written; ask for the read-back of
+        overflowed endpoints whose ready queue ran low."""
         for d in self._queue.startable():
             self._start(d, changes)
         self._writes.apply(changes)
+        for endpoint_id in self._queue.refills_due():
+            try:
+                self.mailbox.call_nowait(functools.partial(self._refill, endpoint_id))
+            except Overloaded:  # the calls queued will pump, and ask again
+                self._queue.refill_ended(endpoint_id)
 
     def _start(self, d: Delivery, changes: Changes) -> None:
         """Hand ``d`` (as stored) to a sender."""

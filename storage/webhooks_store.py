@@ -31,7 +31,7 @@ delivery and endpoint states it holds and has not committed yet (an attempt
 in flight, a result on its way to the disk): ``delivery``, ``recent``,
 ``endpoint`` and ``endpoints`` show those, so a reader never sees a record go
 back to an older state. The scans the actor uses itself (``open_deliveries``,
-``expired``, ``all_endpoints``) read committed records only.
+``open_deliveries_from``, ``expired``, ``all_endpoints``) read committed records only.
 """
 
 from __future__ import annotations
@@ -161,6 +161,31 @@ class WebhookStore:
                 if taken == limit:
                     return out, last
                 taken, last = taken + 1, key
+                raw = txn.get(key[16:32], db=self._deliveries)
+                if raw is not None:
+                    out.append(decode(Delivery, bytes(raw)))
+                ok = cur.next()
+        return out, None
+
+    def open_deliveries_from(self, endpoint_id: str, first_id: str, limit: int
+                             ) -> tuple[list[Delivery], str | None]:
+        """One endpoint's open deliveries as committed, oldest first (by id),
+        from the delivery ``first_id`` on (included, whether it exists or
+        not), at most ``limit`` index entries; and the id to go on from (the
+        next entry, not read; None when there are no more)."""
+        prefix = layout.uid(endpoint_id)
+        out: list[Delivery] = []
+        with self.store.read() as txn:
+            cur = txn.cursor(db=self._open)
+            ok = cur.set_range(prefix + layout.uid(first_id))
+            taken = 0
+            while ok:
+                key = bytes(cur.key())
+                if not key.startswith(prefix):
+                    break
+                if taken == limit:
+                    return out, layout.from_uid(key[16:32])
+                taken += 1
                 raw = txn.get(key[16:32], db=self._deliveries)
                 if raw is not None:
                     out.append(decode(Delivery, bytes(raw)))

@@ -164,6 +164,7 @@ async def test_requests_are_counted_by_family_and_parts_report(metered: App) -> 
     assert value(fams, "svc_store_commits_total") >= 1
     assert 0 < value(fams, "svc_store_used_bytes") <= value(fams, "svc_store_map_size_bytes")
     assert value(fams, "svc_webhook_endpoints") == 0
+    assert value(fams, "svc_webhook_endpoints_overflowed") == 0
     assert value(fams, "svc_timer_deadlines_held") >= 0
     assert value(fams, "process_resident_memory_bytes") > 1 << 20
     assert value(fams, "svc_build_info", version="0.1.0") == 1

@@ -77,6 +77,9 @@ def webhook_metrics(webhooks: Callable[[], WebhookActor | None]) -> Collector:
             gauge("svc_webhook_deliveries_in_flight", "Deliveries being sent.", s.in_flight),
             gauge("svc_webhook_deliveries_parked",
                   "Deliveries held back by their organization's plan.", s.parked_by_plan),
+            gauge("svc_webhook_endpoints_overflowed",
+                  "Endpoints whose due deliveries wait in the store (their ready queue was "
+                  "full).", s.endpoints_overflowed),
             counter("svc_webhook_deliveries_created_total", "Deliveries created from events.",
                     s.deliveries_created),
             counter("svc_webhook_attempts_total", "Delivery attempts made.", s.attempts),

@@ -1,0 +1,385 @@
+"""A hung endpoint with events coming costs the store, not memory: the
+WebhookActor holds at most READY_PER_ENDPOINT due deliveries per endpoint in
+its ready queue; the rest stay Queued in the store (without their deadline)
+and are read back, oldest first, as the queue runs down. Once the receiver
+answers, every delivery is delivered exactly once, with no attempt of one
+delivery running twice at once; across a restart and an Off/On the backlog
+is not lost; a manual send still goes first.
+
+The real LMDB in a temp dir, the real actor and timer under trio's autojump
+clock, and a fake sender (the ``Attempter``) that hangs like an endpoint that
+accepts connections and never answers: each attempt ends at its 10 s limit.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+
+import lmdb
+import pytest
+import trio
+import trio.testing
+
+from actors import webhook_admin
+from actors.clock import Clock, TrioWallClock
+from actors.timer import TimerActor
+from actors.webhook_queue import READY_PER_ENDPOINT, SendQueue
+from actors.webhook_sender import AttemptReport, SendJob
+from actors.webhooks import WebhookActor
+from storage.lmdb_store import LmdbStore
+from storage.webhooks_store import ATTEMPT_DEADLINE, attempt_deadline
+from svc_engine import webhook_delivery as wd
+from svc_engine.keys import Mode
+from svc_engine.outbox import EventType, OutboxEvent
+from svc_engine.webhook_delivery import Delivery, DeliveryStatus
+from svc_engine.webhook_endpoint import validate_endpoint
+from svc_engine.webhook_retry import TIMEOUT
+from web import tenancy
+
+BASE = 1_790_000_000_000
+LIMIT_S = 10  # the sender's limit per attempt
+PER_ENDPOINT = 8
+
+
+class HungEndpoint:
+    """An Attempter: while ``hung``, a scheduled attempt ends at its 10 s
+    limit without an answer; otherwise (and for a test event) it answers 204
+    at once. Records every attempt and any delivery attempted twice at once."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.hung = True
+        self.attempts: list[SendJob] = []
+        self.delivered: Counter[str] = Counter()
+        self.in_flight: set[str] = set()
+        self.twice_at_once: list[str] = []
+
+    async def attempt(self, job: SendJob) -> AttemptReport:
+        if job.delivery_id in self.in_flight:
+            self.twice_at_once.append(job.delivery_id)
+        self.in_flight.add(job.delivery_id)
+        self.attempts.append(job)
+        started = self._clock.now_ms()
+        try:
+            if self.hung and job.event_type != EventType.TEST.value:
+                await trio.sleep(LIMIT_S)
+                return AttemptReport(job, started, self._clock.now_ms(), None, TIMEOUT,
+                                     "no answer within 10 s")
+            self.delivered[job.delivery_id] += 1
+            return AttemptReport(job, started, self._clock.now_ms(), 204, None, "")
+        finally:
+            self.in_flight.discard(job.delivery_id)
+
+    def first_attempts(self) -> list[str]:
+        seen: set[str] = set()
+        out = []
+        for job in self.attempts:
+            if job.delivery_id not in seen:
+                seen.add(job.delivery_id)
+                out.append(job.delivery_id)
+        return out
+
+
+@pytest.fixture
+def peak(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
+    """The largest ready queue of each endpoint, after every delivery queued."""
+    seen: dict[str, int] = {}
+
+    def watch(method: Callable[..., bool | None]) -> Callable[..., bool | None]:
+        def queued(self: SendQueue, d: Delivery, *args: object, **kw: object) -> bool | None:
+            result = method(self, d, *args, **kw)
+            seen[d.endpoint_id] = max(seen.get(d.endpoint_id, 0), self.ready_of(d.endpoint_id))
+            return result
+
+        return queued
+
+    monkeypatch.setattr(SendQueue, "add", watch(SendQueue.add))
+    monkeypatch.setattr(SendQueue, "take_back", watch(SendQueue.take_back))
+    yield seen
+
+
+@asynccontextmanager
+async def running(store: LmdbStore, clock: Clock, receiver: HungEndpoint
+                  ) -> AsyncIterator[WebhookActor]:
+    """The actor and the timer, started as web/assembly.py does; stopped (as by
+    a crash of the process, with the held writes flushed) at the end."""
+    timer = TimerActor(store, clock)
+    rng = random.Random(7)
+    actor = WebhookActor(store, clock, timer, rng.randbytes, per_endpoint=PER_ENDPOINT)
+    async with trio.open_nursery() as n:
+        await n.start(actor.run, receiver)
+        await n.start(timer.run)
+        yield actor
+        n.cancel_scope.cancel()
+
+
+async def _world(store: LmdbStore, actor: WebhookActor, clock: Clock) -> tuple[str, str]:
+    """The bootstrapped project (Growth) and one endpoint in test mode."""
+    info = await tenancy.bootstrap(store, "http://svc.test", random.Random(1).randbytes,
+                                   clock.now_ms())
+    project_id = str(info["projectId"])
+    endpoint = await webhook_admin.create_endpoint(
+        actor, project_id, Mode.TEST, validate_endpoint("https://hooks.example/in"), None)
+    return project_id, endpoint.id
+
+
+async def _events(store: LmdbStore, actor: WebhookActor, clock: Clock, project_id: str,
+                  *, per_second: int, seconds: int) -> None:
+    """``per_second`` click events each second (recorded, then dispatched)."""
+    rng = random.Random(seconds)
+    for _ in range(seconds):
+        now = clock.now_ms()
+        batch = [OutboxEvent(id=str(uuid.UUID(bytes=rng.randbytes(16), version=4)),
+                             type=EventType.CLICK,
+                             project_id=project_id, mode="test", created_at_ms=now,
+                             data={"n": n}) for n in range(per_second)]
+
+        def record(txn: lmdb.Transaction, batch: list[OutboxEvent] = batch) -> None:
+            for event in batch:
+                store.append_outbox(txn, event)
+
+        await store.write(record)
+        while (await actor.tick()).dispatched:
+            pass
+        await trio.sleep(1)
+
+
+async def _stored(actor: WebhookActor, project_id: str) -> list[Delivery]:
+    """Every delivery of the project as committed, oldest first."""
+    await actor.settle()
+    found = actor.tables.recent(project_id, Mode.TEST, limit=1_000_000)
+    return sorted(found, key=lambda d: d.id)
+
+
+async def _open_and_busy(actor: WebhookActor) -> tuple[list[Delivery], set[str]]:
+    """The open deliveries as committed (an attempt in flight reads waiting) and
+    those the actor holds (ready or in flight), at one moment: read inside the
+    actor, after its writes have committed."""
+
+    async def look() -> tuple[list[Delivery], set[str]]:
+        await actor.settle()
+        found = actor.tables.open_deliveries()
+        return found, {d.id for d in found if actor.is_busy(d.id)}
+
+    result: tuple[list[Delivery], set[str]] = await actor.call(look)
+    return result
+
+
+def _deadlines(store: LmdbStore) -> set[str]:
+    return {d.ref for d in store.load_deadlines() if d.kind == ATTEMPT_DEADLINE}
+
+
+async def _hung_backlog(store: LmdbStore, actor: WebhookActor, clock: Clock,
+                        project_id: str) -> int:
+    """3,000 events in 30 s to the hung endpoint; returns how many."""
+    await _events(store, actor, clock, project_id, per_second=100, seconds=30)
+    await trio.sleep(LIMIT_S / 2)  # between two rounds of attempts
+    return 3_000
+
+
+async def _all_delivered(actor: WebhookActor, receiver: HungEndpoint, project_id: str,
+                         count: int) -> list[Delivery]:
+    """Wait (virtually) until ``count`` deliveries are Delivered; check each was
+    delivered once, and every attempt the store records was made once."""
+    for _ in range(48):
+        await trio.sleep(3600)
+        if actor.statistics().delivered >= count:
+            break
+    stored = await _stored(actor, project_id)
+    assert len(stored) == count
+    assert Counter(d.status for d in stored) == {DeliveryStatus.DELIVERED: count}
+    assert actor.tables.open_deliveries() == []
+    assert set(receiver.delivered) == {d.id for d in stored}
+    assert set(receiver.delivered.values()) == {1}
+    assert receiver.twice_at_once == []
+    return stored
+
+
+def _in_order_but_for(times: list[int], window: int) -> bool:
+    """Whether every time is at most each time ``window`` or more places later."""
+    suffix_min = times[:]
+    for i in range(len(times) - 2, -1, -1):
+        suffix_min[i] = min(times[i], suffix_min[i + 1])
+    most = times[0]
+    for i in range(len(times) - window):
+        most = max(most, times[i])
+        if most > suffix_min[i + window]:
+            return False
+    return True
+
+
+async def test_a_hung_endpoint_holds_at_most_the_cap_in_memory(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        peak: dict[str, int]) -> None:
+    clock = TrioWallClock(BASE)
+    receiver = HungEndpoint(clock)
+    async with running(store, clock, receiver) as actor:
+        project_id, endpoint_id = await _world(store, actor, clock)
+        count = await _hung_backlog(store, actor, clock, project_id)
+        stats = actor.statistics()
+        assert stats.deliveries_created == count
+        assert peak[endpoint_id] <= READY_PER_ENDPOINT
+        assert stats.ready <= READY_PER_ENDPOINT and stats.in_flight == PER_ENDPOINT
+        assert stats.endpoints_overflowed == 1
+        # Every delivery is in the store, waiting; those the actor does not
+        # hold wait there only (no deadline for the timer to fire).
+        stored, busy = await _open_and_busy(actor)
+        assert len(stored) == count
+        assert {d.status for d in stored} <= {DeliveryStatus.QUEUED, DeliveryStatus.RETRYING}
+        armed = _deadlines(store)
+        waiting = [d for d in stored if d.id not in busy]
+        assert len(waiting) >= count - READY_PER_ENDPOINT - PER_ENDPOINT
+        assert all(d.status is DeliveryStatus.QUEUED and d.id not in armed
+                   for d in waiting if not d.attempts)
+        # Two hours hung, no more events: the queue runs down and is read back
+        # from the store (beyond the first thousand), never above the cap.
+        await trio.sleep(2 * 3600)
+        assert peak[endpoint_id] <= READY_PER_ENDPOINT
+        assert len(receiver.first_attempts()) > READY_PER_ENDPOINT + PER_ENDPOINT
+        assert receiver.delivered == Counter() and receiver.twice_at_once == []
+
+
+async def test_once_it_answers_every_delivery_goes_once_oldest_first(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        peak: dict[str, int]) -> None:
+    clock = TrioWallClock(BASE)
+    receiver = HungEndpoint(clock)
+    async with running(store, clock, receiver) as actor:
+        project_id, endpoint_id = await _world(store, actor, clock)
+        count = await _hung_backlog(store, actor, clock, project_id)
+        assert actor.statistics().endpoints_overflowed == 1
+        receiver.hung = False
+        # Events keep coming while the backlog drains.
+        await _events(store, actor, clock, project_id, per_second=50, seconds=20)
+        stored = await _all_delivered(actor, receiver, project_id, count + 1_000)
+        assert peak[endpoint_id] <= READY_PER_ENDPOINT
+        stats = actor.statistics()
+        assert stats.endpoints_overflowed == 0 and stats.ready == 0
+    # Each attempt the store records was made, and no other.
+    assert sum(len(d.attempts) for d in stored) == len(receiver.attempts)
+    # Oldest first: first attempts go in order of the deliveries' creation,
+    # but for the order in which the 8 of the endpoint's senders pick them up.
+    created = {d.id: d.created_at_ms for d in stored}
+    firsts = [created[i] for i in receiver.first_attempts()]
+    assert len(firsts) == count + 1_000
+    assert _in_order_but_for(firsts, PER_ENDPOINT)
+
+
+async def test_a_restart_with_a_backlog_in_the_store_delivers_it_all(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        peak: dict[str, int]) -> None:
+    clock = TrioWallClock(BASE)
+    receiver = HungEndpoint(clock)
+    async with running(store, clock, receiver) as actor:
+        project_id, endpoint_id = await _world(store, actor, clock)
+        count = await _hung_backlog(store, actor, clock, project_id)
+        assert actor.statistics().endpoints_overflowed == 1
+    # Stopped with 8 attempts cut off and the rest waiting, most without deadlines.
+    receiver.hung = False
+    async with running(store, clock, receiver) as again:
+        await _all_delivered(again, receiver, project_id, count)
+        assert peak[endpoint_id] <= READY_PER_ENDPOINT
+
+
+async def test_off_then_on_delivers_the_backlog(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        peak: dict[str, int]) -> None:
+    clock = TrioWallClock(BASE)
+    receiver = HungEndpoint(clock)
+    async with running(store, clock, receiver) as actor:
+        project_id, endpoint_id = await _world(store, actor, clock)
+        count = await _hung_backlog(store, actor, clock, project_id)
+        await webhook_admin.set_enabled(actor, project_id, Mode.TEST, endpoint_id, False, None)
+        stats = actor.statistics()
+        assert stats.endpoints_overflowed == 0 and stats.ready == 0
+        await trio.sleep(3600)  # the cut-off attempts time out; their retries park
+        assert actor.statistics().in_flight == 0 and receiver.delivered == Counter()
+        receiver.hung = False
+        await webhook_admin.set_enabled(actor, project_id, Mode.TEST, endpoint_id, True, None)
+        await _all_delivered(actor, receiver, project_id, count)
+        assert peak[endpoint_id] <= READY_PER_ENDPOINT
+
+
+async def test_a_manual_send_to_a_full_endpoint_goes_first(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        peak: dict[str, int]) -> None:
+    clock = TrioWallClock(BASE)
+    receiver = HungEndpoint(clock)
+    async with running(store, clock, receiver) as actor:
+        project_id, endpoint_id = await _world(store, actor, clock)
+        await _hung_backlog(store, actor, clock, project_id)
+        stats = actor.statistics()
+        assert stats.endpoints_overflowed == 1 and stats.in_flight == PER_ENDPOINT
+        before = len(receiver.attempts)
+        view = await webhook_admin.send_test(actor, project_id, Mode.TEST, endpoint_id, None)
+        assert actor.statistics().ready == stats.ready + 1  # not refused
+        await trio.sleep(LIMIT_S)  # a sender of the endpoint comes free
+        # In the first round of attempts the endpoint starts after it.
+        next_round = [job.delivery_id for job in receiver.attempts[before:]][:PER_ENDPOINT]
+        assert view.delivery.id in next_round
+        assert receiver.delivered == Counter({view.delivery.id: 1})
+        [d] = [d for d in await _stored(actor, project_id) if d.id == view.delivery.id]
+        assert d.status is DeliveryStatus.DELIVERED and len(d.attempts) == 1
+        assert attempt_deadline(d) is None
+
+
+# -- the queue's rules alone (actors/webhook_queue.py), no event loop ------------------
+
+def _d(n: int, endpoint: str = "a") -> Delivery:
+    return wd.new_delivery(f"d{n:04}", endpoint, f"e{n}", "click", Mode.LIVE, 1000 + n)
+
+
+def test_past_its_cap_the_queue_refuses_and_remembers_the_oldest_refused() -> None:
+    q = SendQueue(senders=1, per_endpoint=1, ready_cap=4)
+    assert [q.add(_d(n)) for n in (10, 20, 30, 40, 50, 60)] == [True] * 4 + [False] * 2
+    assert q.ready_of("a") == 4 and q.overflowed == 1 and q.overflow_from("a") == "d0050"
+    assert not q.is_busy("d0050")  # left to the store
+    assert not q.add(_d(45))  # older than the refused, but no room: read from there
+    assert q.overflow_from("a") == "d0045"
+    assert q.add(_d(99, "b"))  # other endpoints are not held back
+
+
+def test_while_overflowed_newer_waits_behind_older_goes_ahead_manual_never_refused() -> None:
+    q = SendQueue(senders=1, per_endpoint=1, ready_cap=4)
+    for n in (10, 20, 30, 40, 50):
+        q.add(_d(n))
+    d10 = next(q.startable())
+    q.started(d10, wd.begin_attempt(d10))
+    assert q.ready_of("a") == 3
+    assert not q.add(_d(60))  # newer than the backlog in the store: behind it
+    assert q.add(_d(5))  # a retry come due, older than the backlog: there is room
+    assert not q.add(_d(7))  # full again
+    assert q.add(_d(70), front=True) and q.ready_of("a") == 5  # a manual attempt
+    assert q.overflow_from("a") == "d0007"
+
+
+def test_a_read_back_is_asked_once_when_the_queue_runs_low_until_it_ends() -> None:
+    q = SendQueue(senders=8, per_endpoint=8, ready_cap=8)  # read back at 2, up to 6
+    for n in range(10):
+        q.add(_d(n))
+    assert q.refills_due() == []
+    started = [d for d in q.startable()]
+    for d in started:
+        q.started(d, wd.begin_attempt(d))
+    assert q.ready_of("a") == 0 and q.room("a") == 6
+    assert q.refills_due() == ["a"] and q.refills_due() == []  # asked once
+    for n in (8, 9):
+        q.take_back(_d(n))
+    q.refilled("a", None)  # read to the end of the store
+    q.refill_ended("a")
+    assert q.overflowed == 0 and q.refills_due() == []
+    assert q.add(_d(11))  # queued directly again
+
+
+def test_dropping_an_endpoint_forgets_its_overflow() -> None:
+    q = SendQueue(senders=1, per_endpoint=1, ready_cap=2)
+    for n in range(3):
+        q.add(_d(n))
+    assert q.overflowed == 1
+    q.drop_ready("a")
+    assert q.overflowed == 0 and q.overflow_from("a") is None
+    assert q.add(_d(5))
