@@ -15,7 +15,6 @@ port (``referrer_host_of`` does that from a full Referer value).
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -149,9 +148,7 @@ def referrer_host_of(referrer: str | None) -> str | None:
         return None
     host = (host or "").removesuffix(".")  # the root's dot: the same host
     if not host or _HOST_NAME.fullmatch(host) is None:
-        return None
-    try:
-        ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return host
-    return None
+        return None  # an IPv6 address never matches (its colons)
+    if host.rpartition(".")[2].isdigit():
+        return None  # an IPv4 address (no top-level domain is all digits: RFC 3696)
+    return host

@@ -161,6 +161,9 @@ def test_click_data_rejects(overrides: dict[str, Any], field: str) -> None:
         ("http://[fe80::1%25eth0]/", None),
         ("http://192.168.1.5/router", None),
         ("10.0.0.1:8080", None),
+        ("http://10.1.2/x", None),  # not an address, nor a name: no TLD is all digits
+        ("https://example.123/", None),
+        ("https://123.example/", "123.example"),
         ("2001:db8::1", None),
         ("example.com:8080", "example.com"),
         # only a DNS host name is kept: it goes into counter keys and exports
