@@ -148,24 +148,9 @@ class WebhookStore:
         entries after the entry ``after`` (None: from the first), and the
         entry to go on from (None when there are no more)."""
         prefix = layout.uid(endpoint_id) if endpoint_id is not None else b""
-        out: list[Delivery] = []
-        last: bytes | None = None
-        with self.store.read() as txn:
-            cur = txn.cursor(db=self._open)
-            ok = cur.set_range(after + b"\x00" if after is not None else prefix)
-            taken = 0
-            while ok:
-                key = bytes(cur.key())
-                if not key.startswith(prefix):
-                    break
-                if taken == limit:
-                    return out, last
-                taken, last = taken + 1, key
-                raw = txn.get(key[16:32], db=self._deliveries)
-                if raw is not None:
-                    out.append(decode(Delivery, bytes(raw)))
-                ok = cur.next()
-        return out, None
+        out, last, rest = self._scan_open(after + b"\x00" if after is not None else prefix,
+                                          prefix, limit)
+        return out, last if rest is not None else None
 
     def open_deliveries_from(self, endpoint_id: str, first_id: str, limit: int
                              ) -> tuple[list[Delivery], str | None]:
@@ -174,23 +159,32 @@ class WebhookStore:
         not), at most ``limit`` index entries; and the id to go on from (the
         next entry, not read; None when there are no more)."""
         prefix = layout.uid(endpoint_id)
+        out, _, rest = self._scan_open(prefix + layout.uid(first_id), prefix, limit)
+        return out, layout.from_uid(rest[16:32]) if rest is not None else None
+
+    def _scan_open(self, start: bytes, prefix: bytes, limit: int
+                   ) -> tuple[list[Delivery], bytes | None, bytes | None]:
+        """The open deliveries of the index entries from ``start`` on that
+        begin with ``prefix``, at most ``limit`` entries, as committed; the
+        last entry read, and the first one left unread (None: no more)."""
         out: list[Delivery] = []
+        last: bytes | None = None
         with self.store.read() as txn:
             cur = txn.cursor(db=self._open)
-            ok = cur.set_range(prefix + layout.uid(first_id))
+            ok = cur.set_range(start)
             taken = 0
             while ok:
                 key = bytes(cur.key())
                 if not key.startswith(prefix):
                     break
                 if taken == limit:
-                    return out, layout.from_uid(key[16:32])
-                taken += 1
+                    return out, last, key
+                taken, last = taken + 1, key
                 raw = txn.get(key[16:32], db=self._deliveries)
                 if raw is not None:
                     out.append(decode(Delivery, bytes(raw)))
                 ok = cur.next()
-        return out, None
+        return out, last, None
 
     def recent(self, project_id: str, mode: Mode, *, endpoint_id: str | None = None,
                status: DeliveryStatus | None = None, limit: int = 50) -> list[Delivery]:

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
+import attrs
 import lmdb
 import pytest
 import trio
@@ -181,6 +182,27 @@ async def _hung_backlog(store: LmdbStore, actor: WebhookActor, clock: Clock,
     return 3_000
 
 
+@attrs.frozen
+class Backlog:
+    actor: WebhookActor
+    receiver: HungEndpoint
+    clock: TrioWallClock
+    project_id: str
+    endpoint_id: str
+    count: int
+
+
+@asynccontextmanager
+async def hung_backlog(store: LmdbStore) -> AsyncIterator[Backlog]:
+    """A running actor whose one endpoint hangs, after ``_hung_backlog``."""
+    clock = TrioWallClock(BASE)
+    receiver = HungEndpoint(clock)
+    async with running(store, clock, receiver) as actor:
+        project_id, endpoint_id = await _world(store, actor, clock)
+        count = await _hung_backlog(store, actor, clock, project_id)
+        yield Backlog(actor, receiver, clock, project_id, endpoint_id, count)
+
+
 async def _all_delivered(actor: WebhookActor, receiver: HungEndpoint, project_id: str,
                          count: int) -> list[Delivery]:
     """Wait (virtually) until ``count`` deliveries are Delivered; check each was
@@ -212,53 +234,56 @@ def _in_order_but_for(times: list[int], window: int) -> bool:
     return True
 
 
+@pytest.fixture
+async def backlog(store: LmdbStore, peak: dict[str, int]) -> AsyncIterator[Backlog]:
+    """``hung_backlog`` for a test that keeps its actor running throughout
+    (the test also requests autojump_clock)."""
+    async with hung_backlog(store) as b:
+        yield b
+
+
 async def test_a_hung_endpoint_holds_at_most_the_cap_in_memory(
-        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock,
         peak: dict[str, int]) -> None:
-    clock = TrioWallClock(BASE)
-    receiver = HungEndpoint(clock)
-    async with running(store, clock, receiver) as actor:
-        project_id, endpoint_id = await _world(store, actor, clock)
-        count = await _hung_backlog(store, actor, clock, project_id)
-        stats = actor.statistics()
-        assert stats.deliveries_created == count
-        assert peak[endpoint_id] <= READY_PER_ENDPOINT
-        assert stats.ready <= READY_PER_ENDPOINT and stats.in_flight == PER_ENDPOINT
-        assert stats.endpoints_overflowed == 1
-        # Every delivery is in the store, waiting; those the actor does not
-        # hold wait there only (no deadline for the timer to fire).
-        stored, busy = await _open_and_busy(actor)
-        assert len(stored) == count
-        assert {d.status for d in stored} <= {DeliveryStatus.QUEUED, DeliveryStatus.RETRYING}
-        armed = _deadlines(store)
-        waiting = [d for d in stored if d.id not in busy]
-        assert len(waiting) >= count - READY_PER_ENDPOINT - PER_ENDPOINT
-        assert all(d.status is DeliveryStatus.QUEUED and d.id not in armed
-                   for d in waiting if not d.attempts)
-        # Two hours hung, no more events: the queue runs down and is read back
-        # from the store (beyond the first thousand), never above the cap.
-        await trio.sleep(2 * 3600)
-        assert peak[endpoint_id] <= READY_PER_ENDPOINT
-        assert len(receiver.first_attempts()) > READY_PER_ENDPOINT + PER_ENDPOINT
-        assert receiver.delivered == Counter() and receiver.twice_at_once == []
+    b = backlog
+    actor, receiver, endpoint_id, count = b.actor, b.receiver, b.endpoint_id, b.count
+    stats = actor.statistics()
+    assert stats.deliveries_created == count
+    assert peak[endpoint_id] <= READY_PER_ENDPOINT
+    assert stats.ready <= READY_PER_ENDPOINT and stats.in_flight == PER_ENDPOINT
+    assert stats.endpoints_overflowed == 1
+    # Every delivery is in the store, waiting; those the actor does not
+    # hold wait there only (no deadline for the timer to fire).
+    stored, busy = await _open_and_busy(actor)
+    assert len(stored) == count
+    assert {d.status for d in stored} <= {DeliveryStatus.QUEUED, DeliveryStatus.RETRYING}
+    armed = _deadlines(store)
+    waiting = [d for d in stored if d.id not in busy]
+    assert len(waiting) >= count - READY_PER_ENDPOINT - PER_ENDPOINT
+    assert all(d.status is DeliveryStatus.QUEUED and d.id not in armed
+               for d in waiting if not d.attempts)
+    # Two hours hung, no more events: the queue runs down and is read back
+    # from the store (beyond the first thousand), never above the cap.
+    await trio.sleep(2 * 3600)
+    assert peak[endpoint_id] <= READY_PER_ENDPOINT
+    assert len(receiver.first_attempts()) > READY_PER_ENDPOINT + PER_ENDPOINT
+    assert receiver.delivered == Counter() and receiver.twice_at_once == []
 
 
 async def test_once_it_answers_every_delivery_goes_once_oldest_first(
-        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock,
         peak: dict[str, int]) -> None:
-    clock = TrioWallClock(BASE)
-    receiver = HungEndpoint(clock)
-    async with running(store, clock, receiver) as actor:
-        project_id, endpoint_id = await _world(store, actor, clock)
-        count = await _hung_backlog(store, actor, clock, project_id)
-        assert actor.statistics().endpoints_overflowed == 1
-        receiver.hung = False
-        # Events keep coming while the backlog drains.
-        await _events(store, actor, clock, project_id, per_second=50, seconds=20)
-        stored = await _all_delivered(actor, receiver, project_id, count + 1_000)
-        assert peak[endpoint_id] <= READY_PER_ENDPOINT
-        stats = actor.statistics()
-        assert stats.endpoints_overflowed == 0 and stats.ready == 0
+    b = backlog
+    actor, receiver, clock = b.actor, b.receiver, b.clock
+    project_id, endpoint_id, count = b.project_id, b.endpoint_id, b.count
+    assert actor.statistics().endpoints_overflowed == 1
+    receiver.hung = False
+    # Events keep coming while the backlog drains.
+    await _events(store, actor, clock, project_id, per_second=50, seconds=20)
+    stored = await _all_delivered(actor, receiver, project_id, count + 1_000)
+    assert peak[endpoint_id] <= READY_PER_ENDPOINT
+    stats = actor.statistics()
+    assert stats.endpoints_overflowed == 0 and stats.ready == 0
     # Each attempt the store records was made, and no other.
     assert sum(len(d.attempts) for d in stored) == len(receiver.attempts)
     # Oldest first: first attempts go in order of the deliveries' creation,
@@ -272,11 +297,9 @@ async def test_once_it_answers_every_delivery_goes_once_oldest_first(
 async def test_a_restart_with_a_backlog_in_the_store_delivers_it_all(
         store: LmdbStore, autojump_clock: trio.testing.MockClock,
         peak: dict[str, int]) -> None:
-    clock = TrioWallClock(BASE)
-    receiver = HungEndpoint(clock)
-    async with running(store, clock, receiver) as actor:
-        project_id, endpoint_id = await _world(store, actor, clock)
-        count = await _hung_backlog(store, actor, clock, project_id)
+    async with hung_backlog(store) as b:
+        actor, receiver, clock = b.actor, b.receiver, b.clock
+        project_id, endpoint_id, count = b.project_id, b.endpoint_id, b.count
         assert actor.statistics().endpoints_overflowed == 1
     # Stopped with 8 attempts cut off and the rest waiting, most without deadlines.
     receiver.hung = False
@@ -286,45 +309,39 @@ async def test_a_restart_with_a_backlog_in_the_store_delivers_it_all(
 
 
 async def test_off_then_on_delivers_the_backlog(
-        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        backlog: Backlog, autojump_clock: trio.testing.MockClock,
         peak: dict[str, int]) -> None:
-    clock = TrioWallClock(BASE)
-    receiver = HungEndpoint(clock)
-    async with running(store, clock, receiver) as actor:
-        project_id, endpoint_id = await _world(store, actor, clock)
-        count = await _hung_backlog(store, actor, clock, project_id)
-        await webhook_admin.set_enabled(actor, project_id, Mode.TEST, endpoint_id, False, None)
-        stats = actor.statistics()
-        assert stats.endpoints_overflowed == 0 and stats.ready == 0
-        await trio.sleep(3600)  # the cut-off attempts time out; their retries park
-        assert actor.statistics().in_flight == 0 and receiver.delivered == Counter()
-        receiver.hung = False
-        await webhook_admin.set_enabled(actor, project_id, Mode.TEST, endpoint_id, True, None)
-        await _all_delivered(actor, receiver, project_id, count)
-        assert peak[endpoint_id] <= READY_PER_ENDPOINT
+    b = backlog
+    actor, receiver, project_id, endpoint_id = b.actor, b.receiver, b.project_id, b.endpoint_id
+    count = b.count
+    await webhook_admin.set_enabled(actor, project_id, Mode.TEST, endpoint_id, False, None)
+    stats = actor.statistics()
+    assert stats.endpoints_overflowed == 0 and stats.ready == 0
+    await trio.sleep(3600)  # the cut-off attempts time out; their retries park
+    assert actor.statistics().in_flight == 0 and receiver.delivered == Counter()
+    receiver.hung = False
+    await webhook_admin.set_enabled(actor, project_id, Mode.TEST, endpoint_id, True, None)
+    await _all_delivered(actor, receiver, project_id, count)
+    assert peak[endpoint_id] <= READY_PER_ENDPOINT
 
 
 async def test_a_manual_send_to_a_full_endpoint_goes_first(
-        store: LmdbStore, autojump_clock: trio.testing.MockClock,
-        peak: dict[str, int]) -> None:
-    clock = TrioWallClock(BASE)
-    receiver = HungEndpoint(clock)
-    async with running(store, clock, receiver) as actor:
-        project_id, endpoint_id = await _world(store, actor, clock)
-        await _hung_backlog(store, actor, clock, project_id)
-        stats = actor.statistics()
-        assert stats.endpoints_overflowed == 1 and stats.in_flight == PER_ENDPOINT
-        before = len(receiver.attempts)
-        view = await webhook_admin.send_test(actor, project_id, Mode.TEST, endpoint_id, None)
-        assert actor.statistics().ready == stats.ready + 1  # not refused
-        await trio.sleep(LIMIT_S)  # a sender of the endpoint comes free
-        # In the first round of attempts the endpoint starts after it.
-        next_round = [job.delivery_id for job in receiver.attempts[before:]][:PER_ENDPOINT]
-        assert view.delivery.id in next_round
-        assert receiver.delivered == Counter({view.delivery.id: 1})
-        [d] = [d for d in await _stored(actor, project_id) if d.id == view.delivery.id]
-        assert d.status is DeliveryStatus.DELIVERED and len(d.attempts) == 1
-        assert attempt_deadline(d) is None
+        backlog: Backlog, autojump_clock: trio.testing.MockClock) -> None:
+    b = backlog
+    actor, receiver, project_id, endpoint_id = b.actor, b.receiver, b.project_id, b.endpoint_id
+    stats = actor.statistics()
+    assert stats.endpoints_overflowed == 1 and stats.in_flight == PER_ENDPOINT
+    before = len(receiver.attempts)
+    view = await webhook_admin.send_test(actor, project_id, Mode.TEST, endpoint_id, None)
+    assert actor.statistics().ready == stats.ready + 1  # not refused
+    await trio.sleep(LIMIT_S)  # a sender of the endpoint comes free
+    # In the first round of attempts the endpoint starts after it.
+    next_round = [job.delivery_id for job in receiver.attempts[before:]][:PER_ENDPOINT]
+    assert view.delivery.id in next_round
+    assert receiver.delivered == Counter({view.delivery.id: 1})
+    [d] = [d for d in await _stored(actor, project_id) if d.id == view.delivery.id]
+    assert d.status is DeliveryStatus.DELIVERED and len(d.attempts) == 1
+    assert attempt_deadline(d) is None
 
 
 # -- the queue's rules alone (actors/webhook_queue.py), no event loop ------------------

@@ -25,10 +25,8 @@ import trio
 import trio.testing
 import trustme
 
-from actors.clock import TrioWallClock
 from storage.lmdb_store import LmdbStore
 from svc_engine import webhook_records as records
-from svc_engine.config import Config
 from svc_engine.endpoint_health import EndpointHealth, HealthState, evaluate, record_failure
 from svc_engine.keys import Mode
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
@@ -36,16 +34,16 @@ from svc_engine.webhook_endpoint import validate_endpoint
 from svc_engine.webhook_envelope import iso_utc_ms
 from svc_engine.webhook_records import Endpoint
 from svc_engine.webhook_views import delivery_json, delivery_summary_json, next_attempt_at_ms
-from tests.conftest import App, running_app
+from tests.conftest import App
 from tests.dashboard_support import Member, owner, signed_in
 from tests.webhook_receiver_fixture import (
-    Receiver,
-    add_endpoint,
+    World,
+    autojump_world,
     deliveries_of,
     emit,
+    failing_endpoint,
     make_ca,
-    running_receiver,
-    status,
+    until,
     webhook_config,
 )
 from web.dashboard.formats import stamp
@@ -146,18 +144,10 @@ def ca(tmp_path: Path) -> tuple[trustme.CA, str]:
 
 @pytest.fixture
 async def world(store: LmdbStore, data_dir: str, ca: tuple[trustme.CA, str]
-                ) -> AsyncIterator[tuple[App, Receiver, TrioWallClock]]:
-    # Tests using it also request autojump_clock.
-    clock = TrioWallClock()
-    config: Config = webhook_config(data_dir, ca[1])
-    async with running_receiver(ca[0], clock) as receiver, \
-            running_app(store, config, clock) as app:
-        yield app, receiver, clock
+                ) -> AsyncIterator[World]:
+    async with autojump_world(store, webhook_config(data_dir, ca[1]), ca[0]) as w:
+        yield w
 
-
-async def _until(clock: TrioWallClock, wall_ms: int) -> None:
-    await trio.sleep_until(clock.trio_time_for(wall_ms))
-    await trio.testing.wait_all_tasks_blocked()
 
 
 def _one(app: App, event_id: str) -> Delivery:
@@ -186,12 +176,10 @@ async def _switch(app: App, endpoint_id: str, on: bool) -> None:
 
 
 async def test_off_shows_no_next_attempt_and_turn_on_shows_the_true_one(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, clock = world
-    receiver.respond = status(500)
-    ep = await add_endpoint(app, receiver.url)
-    t0 = clock.now_ms()
+    ep, t0 = await failing_endpoint(world)
     event = await emit(app, "click")  # attempt 1 fails at t0: Retrying
     await trio.testing.wait_all_tasks_blocked()
     d = _one(app, event.id)
@@ -199,10 +187,10 @@ async def test_off_shows_no_next_attempt_and_turn_on_shows_the_true_one(
     assert d.status is DeliveryStatus.RETRYING and due == t0 + MIN
     assert await _shown(app, d.id, ep["id"]) == (iso_utc_ms(due),) * 2
 
-    await _until(clock, t0 + 10 * SEC)
+    await until(clock, t0 + 10 * SEC)
     await _switch(app, ep["id"], on=False)
     assert await _shown(app, d.id, ep["id"]) == (None, None)  # held: not at t0 + 1 min
-    await _until(clock, t0 + 5 * MIN)
+    await until(clock, t0 + 5 * MIN)
     assert len(receiver.hits) == 1  # nothing was attempted at t0 + 1 min
     assert _one(app, d.event_id).status is DeliveryStatus.RETRYING
     assert await _shown(app, d.id, ep["id"]) == (None, None)
@@ -231,26 +219,24 @@ async def test_off_shows_no_next_attempt_and_turn_on_shows_the_true_one(
         assert "paused" not in _text(await boss.get(f"{WH}/deliveries"))
     finally:
         await boss.aclose()
-    await _until(clock, after)
+    await until(clock, after)
     assert receiver.times()[-1] == after  # the time shown was the time it went
 
 
 async def test_a_delivery_held_past_its_time_is_due_from_the_turn_on(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     """Nine deliveries held past their time; on turn on eight go at once (at
     most 8 in flight per endpoint) and the ninth waits for a free slot: it is
     due from the turn on, not from the time it was held through."""
     app, receiver, clock = world
-    receiver.respond = status(500)
-    ep = await add_endpoint(app, receiver.url)
-    t0 = clock.now_ms()
+    ep, t0 = await failing_endpoint(world)
     events = [await emit(app, "click") for _ in range(9)]
     await trio.testing.wait_all_tasks_blocked()
     assert len(receiver.hits) == 9
-    await _until(clock, t0 + 10 * SEC)
+    await until(clock, t0 + 10 * SEC)
     await _switch(app, ep["id"], on=False)
-    await _until(clock, t0 + 5 * MIN)
+    await until(clock, t0 + 5 * MIN)
     assert len(receiver.hits) == 9
 
     async def slow(req: Received, n: int) -> Reply:
@@ -265,6 +251,6 @@ async def test_a_delivery_held_past_its_time_is_due_from_the_turn_on(
                if d.status is DeliveryStatus.RETRYING]
     assert len(waiting) == 1 and waiting[0].next_attempt_at_ms == t0 + MIN  # as stored
     assert await _shown(app, waiting[0].id, ep["id"]) == (iso_utc_ms(turned_on),) * 2
-    await _until(clock, turned_on + 30 * SEC)
+    await until(clock, turned_on + 30 * SEC)
     assert all(_one(app, e.id).status is DeliveryStatus.DELIVERED for e in events)
     assert min(receiver.times()[9:]) == turned_on

@@ -24,14 +24,17 @@ from svc_engine.webhook_delivery import Delivery, DeliveryStatus
 from svc_engine.webhook_records import Endpoint
 from tests.conftest import App, running_app
 from tests.webhook_receiver_fixture import (
-    Receiver,
+    World,
     add_endpoint,
+    autojump_world,
     deliveries_of,
     emit,
+    failing_endpoint,
     make_ca,
     ok,
     running_receiver,
     status,
+    until,
     webhook_config,
 )
 from web.webhook_receiver import Received, Reply
@@ -57,31 +60,11 @@ def wconfig(data_dir: str, ca: tuple[trustme.CA, str]) -> Config:
 
 @pytest.fixture
 async def world(store: LmdbStore, wconfig: Config, ca: tuple[trustme.CA, str]
-                ) -> AsyncIterator[tuple[App, Receiver, TrioWallClock]]:
-    # Tests using it also request autojump_clock (pytest-trio takes the clock
-    # from the test's own arguments).
-    clock = TrioWallClock()
-    async with running_receiver(ca[0], clock) as receiver, \
-            running_app(store, wconfig, clock) as app:
-        yield app, receiver, clock
+                ) -> AsyncIterator[World]:
+    async with autojump_world(store, wconfig, ca[0]) as w:
+        yield w
 
 
-async def _until(clock: TrioWallClock, wall_ms: int) -> None:
-    await trio.sleep_until(clock.trio_time_for(wall_ms))
-    await trio.testing.wait_all_tasks_blocked()
-
-
-async def _failing_endpoint(world: tuple[App, Receiver, TrioWallClock], *,
-                            clicks: int) -> tuple[dict[str, Any], int]:
-    """An endpoint whose receiver answers 500, and ``clicks`` events sent to it
-    now; the endpoint and the time they were sent."""
-    app, receiver, clock = world
-    receiver.respond = status(500)
-    ep = await add_endpoint(app, receiver.url)
-    t0 = clock.now_ms()
-    for _ in range(clicks):
-        await emit(app, "click")
-    return ep, t0
 
 
 async def _settle() -> None:
@@ -101,16 +84,14 @@ def _one(app: App, event_id: str) -> Delivery:
 
 
 async def test_retry_schedule_runs_at_exact_times_then_fails(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, clock = world
-    receiver.respond = status(500)
-    ep = await add_endpoint(app, receiver.url)
-    t0 = clock.now_ms()
+    ep, t0 = await failing_endpoint(world)
     event = await emit(app, "click")
-    await _until(clock, t0 + SCHEDULE[-1] - 1)
+    await until(clock, t0 + SCHEDULE[-1] - 1)
     assert _one(app, event.id).status is DeliveryStatus.RETRYING
-    await _until(clock, t0 + 2 * DAY)
+    await until(clock, t0 + 2 * DAY)
     assert [t - t0 for t in receiver.times()] == SCHEDULE
     assert len(set(receiver.ids())) == 1  # webhook-id constant across retries
     d = _one(app, event.id)
@@ -126,7 +107,7 @@ async def test_retry_schedule_runs_at_exact_times_then_fails(
 
 
 async def test_a_longer_retry_after_is_honoured_a_shorter_is_not(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, clock = world
 
@@ -138,32 +119,30 @@ async def test_a_longer_retry_after_is_honoured_a_shorter_is_not(
     await add_endpoint(app, receiver.url)
     t0 = clock.now_ms()
     event = await emit(app, "open")
-    await _until(clock, t0 + HOUR)
+    await until(clock, t0 + HOUR)
     assert [t - t0 for t in receiver.times()] == [0, 600_000, 600_000 + 5 * MIN]
     assert _one(app, event.id).status is DeliveryStatus.DELIVERED
 
 
 async def test_automatic_off_needs_at_least_20_failures(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, clock = world
-    receiver.respond = status(500)
-    ep = await add_endpoint(app, receiver.url)
-    t0 = clock.now_ms()
+    ep, t0 = await failing_endpoint(world)
     await emit(app, "click")
     await emit(app, "click")  # 14 failures by 20h36m, the first at t0
     late = t0 + DAY + MIN
-    await _until(clock, late)
+    await until(clock, late)
     await emit(app, "click")  # failures 15..19 at late+0, 1m, 6m, 36m, 2h36m
-    await _until(clock, late + 8 * HOUR + 36 * MIN - 1)
+    await until(clock, late + 8 * HOUR + 36 * MIN - 1)
     health = _endpoint(app, ep["id"]).health
     assert health.consecutive_failures == 19 and health.state.value == "Failing"
-    await _until(clock, late + 8 * HOUR + 36 * MIN)  # the 20th failure
+    await until(clock, late + 8 * HOUR + 36 * MIN)  # the 20th failure
     health = _endpoint(app, ep["id"]).health
     assert health.state.value == "Off" and health.off_reason == "automatic"
     assert health.off_at_ms == late + 8 * HOUR + 36 * MIN
     assert "20 failed attempts" in health.off_detail
-    await _until(clock, late + 2 * DAY)
+    await until(clock, late + 2 * DAY)
     assert len(receiver.hits) == 20  # nothing more is sent while Off
     async with app.client("sk_test") as c:
         shown = (await c.get(f"{EP}/{ep['id']}")).json()
@@ -172,32 +151,30 @@ async def test_automatic_off_needs_at_least_20_failures(
 
 
 async def test_automatic_off_needs_the_first_failure_more_than_24_hours_old(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
-    app, receiver, clock = world
-    receiver.respond = status(500)
-    ep = await add_endpoint(app, receiver.url)
-    t0 = clock.now_ms()
+    app, _, clock = world
+    ep, t0 = await failing_endpoint(world)
     for _ in range(3):
         await emit(app, "click")  # 21 failures, all within 20h36m
-    await _until(clock, t0 + DAY)
+    await until(clock, t0 + DAY)
     assert _endpoint(app, ep["id"]).health.consecutive_failures == 21
     await emit(app, "click")  # a failure exactly 24 h after the first: not more than 24 h
     await _settle()
     health = _endpoint(app, ep["id"]).health
     assert health.consecutive_failures == 22 and health.state.value == "Failing"
-    await _until(clock, t0 + DAY + 1)
+    await until(clock, t0 + DAY + 1)
     await emit(app, "click")  # 24 h and 1 ms: Off
     await _settle()
     health = _endpoint(app, ep["id"]).health
     assert health.state.value == "Off" and health.off_at_ms == t0 + DAY + 1
 
 
-async def test_any_success_ends_the_streak(world: tuple[App, Receiver, TrioWallClock],
+async def test_any_success_ends_the_streak(world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, clock = world
-    ep, t0 = await _failing_endpoint(world, clicks=4)
-    await _until(clock, t0 + 23 * HOUR)
+    ep, t0 = await failing_endpoint(world, clicks=4)
+    await until(clock, t0 + 23 * HOUR)
     assert _endpoint(app, ep["id"]).health.consecutive_failures == 28  # 4 x 7, under 24 h
     assert _endpoint(app, ep["id"]).health.state.value == "Failing"
     receiver.respond = ok
@@ -209,19 +186,19 @@ async def test_any_success_ends_the_streak(world: tuple[App, Receiver, TrioWallC
 
 
 async def test_a_streak_whose_first_failure_passes_24_hours_is_off_without_another_attempt(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     """21 failures end by 20h36m; nothing is attempted after. Once the first
     is more than 24 h old the rule holds: the next event is not queued (it
     occurred while the endpoint was Off), and the endpoint is Off as of the
     moment the rule held, 24 h and 1 ms after the first failure."""
     app, receiver, clock = world
-    ep, t0 = await _failing_endpoint(world, clicks=3)
-    await _until(clock, t0 + 30 * HOUR)
+    ep, t0 = await failing_endpoint(world, clicks=3)
+    await until(clock, t0 + 30 * HOUR)
     assert len(receiver.hits) == 21
     assert _endpoint(app, ep["id"]).health.state.value == "Failing"  # judged at failures
     late = await emit(app, "click")
-    await _until(clock, t0 + 40 * HOUR)
+    await until(clock, t0 + 40 * HOUR)
     assert len(receiver.hits) == 21 and deliveries_of(app, late.id) == []
     health = _endpoint(app, ep["id"]).health
     assert (health.state.value, health.off_reason) == ("Off", "automatic")
@@ -231,19 +208,17 @@ async def test_a_streak_whose_first_failure_passes_24_hours_is_off_without_anoth
     assert shown["status"] == "Off" and shown["health"]["offBy"] == "automatic"
 
 
-async def test_turn_off_and_on(world: tuple[App, Receiver, TrioWallClock],
+async def test_turn_off_and_on(world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, clock = world
-    receiver.respond = status(500)
-    ep = await add_endpoint(app, receiver.url)
-    t0 = clock.now_ms()
+    ep, t0 = await failing_endpoint(world)
     waiting = await emit(app, "click")  # fails at t0, Retrying (next at 1 min)
-    await _until(clock, t0 + 10_000)
+    await until(clock, t0 + 10_000)
     async with app.client("sk_test") as c:
         assert (await c.post(f"{EP}/{ep['id']}/disable")).json()["status"] == "Off"
-    await _until(clock, t0 + 20_000)
+    await until(clock, t0 + 20_000)
     while_off = await emit(app, "click")
-    await _until(clock, t0 + 5 * MIN)
+    await until(clock, t0 + 5 * MIN)
     assert len(receiver.hits) == 1  # the retry due at 1 min waited
     assert deliveries_of(app, while_off.id) == []  # never queued
     receiver.respond = ok
@@ -256,12 +231,12 @@ async def test_turn_off_and_on(world: tuple[App, Receiver, TrioWallClock],
     after = await emit(app, "click")
     await _settle()
     assert _one(app, after.id).status is DeliveryStatus.DELIVERED
-    await _until(clock, t0 + DAY)
+    await until(clock, t0 + DAY)
     assert deliveries_of(app, while_off.id) == [] and len(receiver.hits) == 3
 
 
 async def test_plan_gap_is_never_sent_and_waiting_deliveries_hold(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, clock = world
 
@@ -277,30 +252,30 @@ async def test_plan_gap_is_never_sent_and_waiting_deliveries_hold(
     await _settle()
     await app.services.store.set_plan(app.org_id, Plan.STARTER)
     gap = await emit(app, "click")
-    await _until(clock, t0 + 3 * MIN)
+    await until(clock, t0 + 3 * MIN)
     assert len(receiver.hits) == 2 and deliveries_of(app, gap.id) == []
     assert _one(app, held.id).status is DeliveryStatus.RETRYING
     await app.services.store.set_plan(app.org_id, Plan.GROWTH)
     back = clock.now_ms()
-    await _until(clock, back + 2_000)
+    await until(clock, back + 2_000)
     assert len(receiver.hits) == 3 and back <= receiver.times()[2] <= back + 1_000
     assert _one(app, held.id).status is DeliveryStatus.DELIVERED
     after = await emit(app, "click")
-    await _until(clock, back + DAY)
+    await until(clock, back + DAY)
     ids = [d.id for e in (first, held, after) for d in deliveries_of(app, e.id)]
     assert sorted(set(receiver.ids())) == sorted(ids)
     assert deliveries_of(app, gap.id) == []  # the gap is never sent later
 
 
 async def test_manual_retry_and_resend_are_sent_immediately(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, clock = world
     receiver.respond = status(500)
     await add_endpoint(app, receiver.url)
     t0 = clock.now_ms()
     event = await emit(app, "conversion")
-    await _until(clock, t0 + DAY)
+    await until(clock, t0 + DAY)
     d = _one(app, event.id)
     assert d.status is DeliveryStatus.FAILED
     async with app.client("sk_test") as c:
@@ -308,7 +283,7 @@ async def test_manual_retry_and_resend_are_sent_immediately(
         await _settle()
         assert receiver.times()[-1] == t0 + DAY and len(receiver.hits) == 8
         assert _one(app, event.id).status is DeliveryStatus.FAILED  # no automatic retries
-        await _until(clock, t0 + 3 * DAY)
+        await until(clock, t0 + 3 * DAY)
         assert len(receiver.hits) == 8
         receiver.respond = ok
         await c.post(f"{DL}/{d.id}/retry")
@@ -325,17 +300,17 @@ async def test_manual_retry_and_resend_are_sent_immediately(
 
 
 async def test_history_is_purged_after_30_days(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, clock = world
     await add_endpoint(app, receiver.url)
     t0 = clock.now_ms()
     old = await emit(app, "click")
-    await _until(clock, t0 + 15 * DAY)
+    await until(clock, t0 + 15 * DAY)
     newer = await emit(app, "click")
-    await _until(clock, t0 + 29 * DAY + 12 * HOUR)
+    await until(clock, t0 + 29 * DAY + 12 * HOUR)
     assert len(deliveries_of(app, old.id)) == 1
-    await _until(clock, t0 + 31 * DAY + HOUR)
+    await until(clock, t0 + 31 * DAY + HOUR)
     assert deliveries_of(app, old.id) == [] and len(deliveries_of(app, newer.id)) == 1
     assert app.services.webhooks is not None
     tables = app.services.webhooks.tables
@@ -359,12 +334,12 @@ async def test_retries_survive_a_restart(store: LmdbStore, wconfig: Config,
             t0 = clock.now_ms()
             events = []
             for i in range(5):
-                await _until(clock, t0 + i * 1_000)
+                await until(clock, t0 + i * 1_000)
                 events.append(await emit(app, "click"))
-            await _until(clock, t0 + 2 * MIN)  # attempts at 0 and 1 min; next at 6 min
+            await until(clock, t0 + 2 * MIN)  # attempts at 0 and 1 min; next at 6 min
             keys: dict[str, Any] = app.keys
         assert len(receiver.hits) == 10
-        await _until(clock, t0 + 10 * MIN)  # down over the 6-minute retries
+        await until(clock, t0 + 10 * MIN)  # down over the 6-minute retries
         assert len(receiver.hits) == 10
         # Without their deadlines (as deliveries parked for a lapsed plan, or
         # written by an older version): the restart gives each one back.
@@ -375,7 +350,7 @@ async def test_retries_survive_a_restart(store: LmdbStore, wconfig: Config,
             again.keys = keys
             await _settle()
             assert len(receiver.hits) == 15  # overdue: each at once
-            await _until(clock, t0 + 2 * DAY)
+            await until(clock, t0 + 2 * DAY)
         found = [_one(again, e.id) for e in events]
     for i, d in enumerate(found):
         offsets = [a.started_at_ms - t0 for a in d.attempts]
@@ -386,11 +361,11 @@ async def test_retries_survive_a_restart(store: LmdbStore, wconfig: Config,
 
 
 async def test_a_missed_wake_up_costs_at_most_a_minute(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, clock = world
     await add_endpoint(app, receiver.url)
-    await _until(clock, clock.now_ms() + HOUR)  # idle: the safety-net poll has backed off
+    await until(clock, clock.now_ms() + HOUR)  # idle: the safety-net poll has backed off
     quiet = OutboxEvent(id="5d1a6c3e-2b4f-4a8e-9c7d-6e5f4a3b2c1d", type=EventType.OPEN,
                         project_id=app.project_id, mode="test",
                         created_at_ms=clock.now_ms(), data={})
@@ -398,12 +373,12 @@ async def test_a_missed_wake_up_costs_at_most_a_minute(
     store.on_outbox = None  # the wake-up after its commit is lost
     await store.write(lambda txn: store.append_outbox(txn, quiet))
     t = clock.now_ms()
-    await _until(clock, t + MIN)
+    await until(clock, t + MIN)
     assert len(receiver.hits) == 1 and 0 < receiver.times()[0] - t <= MIN
 
 
 async def test_an_event_recorded_twice_is_delivered_once(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, _ = world
     await add_endpoint(app, receiver.url)
@@ -417,7 +392,7 @@ async def test_an_event_recorded_twice_is_delivered_once(
 
 
 async def test_at_most_8_attempts_in_flight_per_endpoint(
-        world: tuple[App, Receiver, TrioWallClock],
+        world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     app, receiver, clock = world
     in_flight = [0]
@@ -434,7 +409,7 @@ async def test_at_most_8_attempts_in_flight_per_endpoint(
     await add_endpoint(app, receiver.url)
     t0 = clock.now_ms()
     events = [await emit(app, "click") for _ in range(20)]
-    await _until(clock, t0 + MIN)
+    await until(clock, t0 + MIN)
     assert most[0] == 8 and len(receiver.hits) == 20
     assert sorted({t - t0 for t in receiver.times()}) == [0, 5_000, 10_000]
     assert all(_one(app, e.id).status is DeliveryStatus.DELIVERED for e in events)
@@ -455,10 +430,10 @@ async def test_retries_keep_their_schedule_when_the_timer_holds_two_deadlines(
         await add_endpoint(app, receiver.url)
         starts: dict[str, int] = {}
         for i in range(12):  # two bursts: attempts, reports and refills interleave
-            await _until(clock, clock.now_ms() + (7_000 if i == 6 else 1))
+            await until(clock, clock.now_ms() + (7_000 if i == 6 else 1))
             event = await emit(app, "click")
             starts[event.id] = clock.now_ms()
-        await _until(clock, max(starts.values()) + 2 * DAY)
+        await until(clock, max(starts.values()) + 2 * DAY)
         stats = app.services.timer.statistics()
         assert stats.refills > 6 and stats.pending <= 3
         for event_id, t0 in starts.items():

@@ -18,15 +18,17 @@ from typing import Any
 
 import attrs
 import trio
+import trio.testing
 import trustme
 
-from actors.clock import Clock
+from actors.clock import Clock, TrioWallClock
+from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
 from svc_engine.ids import new_id
 from svc_engine.keys import Mode
 from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.webhook_delivery import Delivery
-from tests.conftest import App
+from tests.conftest import App, running_app
 from web.services import system_random
 from web.webhook_receiver import Received, Reply, serve_connection
 
@@ -129,6 +131,39 @@ async def running_receiver(ca: trustme.CA, clock: Clock, *, tls: bool = True
         await n.start(receiver.serve)
         yield receiver
         n.cancel_scope.cancel()
+
+
+World = tuple[App, "Receiver", TrioWallClock]
+
+
+@asynccontextmanager
+async def autojump_world(store: LmdbStore, config: Config, ca: trustme.CA
+                         ) -> AsyncIterator[World]:
+    """The service and a receiver on one ``TrioWallClock``: the tests using it
+    also request ``autojump_clock`` (pytest-trio takes the clock from the
+    test's own arguments), so wall times are exact virtual times."""
+    clock = TrioWallClock()
+    async with running_receiver(ca, clock) as receiver, \
+            running_app(store, config, clock) as app:
+        yield app, receiver, clock
+
+
+async def until(clock: TrioWallClock, wall_ms: int) -> None:
+    """Let virtual time run to ``wall_ms`` and everything due by then settle."""
+    await trio.sleep_until(clock.trio_time_for(wall_ms))
+    await trio.testing.wait_all_tasks_blocked()
+
+
+async def failing_endpoint(world: World, *, clicks: int = 0) -> tuple[dict[str, Any], int]:
+    """An endpoint whose receiver answers 500, and ``clicks`` events sent to it
+    now; the endpoint and the time they were sent."""
+    app, receiver, clock = world
+    receiver.respond = status(500)
+    ep = await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    for _ in range(clicks):
+        await emit(app, "click")
+    return ep, t0
 
 
 async def add_endpoint(app: App, url: str, key: str = "sk_test", **fields: Any
