@@ -4,6 +4,7 @@ as a real process on a real socket."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -135,11 +136,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def failure_screenshot(request: pytest.FixtureRequest) -> Any:
     """``save(page, label)``: when the test failed, save a full-page screenshot of
     a Playwright page under the run's output directory (``SVC_TEST_OUTPUT``, by
-    default ``test-output/``) in ``screenshots/``. Call it before closing the page."""
+    default ``test-output/``) in ``screenshots/``. Call it before closing the page:
+    from a fixture's teardown (the test's report says it failed) or from a
+    ``finally`` the test's own failure passes through (no report yet: the
+    exception on its way out says so)."""
 
     def save(page: Any, label: str = "page") -> str | None:
         reports = request.node.stash.get(_PHASE_REPORTS, {})
-        if not any(r.failed for r in reports.values()):
+        failing = sys.exc_info()[0] is not None
+        if not failing and not any(r.failed for r in reports.values()):
             return None
         root = os.environ.get("SVC_TEST_OUTPUT") or os.path.join(
             os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test-output")
