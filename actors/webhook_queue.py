@@ -57,6 +57,8 @@ class SendQueue:
         # endpoint id -> the delivery id to read its store from (module docstring)
         self._overflow: dict[str, str] = {}
         self._refilling: set[str] = set()  # named by refills_due, not ended yet
+        # endpoint id -> the latest attempt time of a delivery it refused
+        self._refused_due: dict[str, int] = {}
         self.running = 0
         """Attempts handed to senders and not yet reported."""
 
@@ -89,7 +91,16 @@ class SendQueue:
             return True
         if first is None or d.id < first:
             self._overflow[d.endpoint_id] = d.id
+        if d.next_attempt_at_ms is not None:
+            self._refused_due[d.endpoint_id] = max(
+                self._refused_due.get(d.endpoint_id, d.next_attempt_at_ms), d.next_attempt_at_ms)
         return False
+
+    def due_by(self, endpoint_id: str, now_ms: int) -> int:
+        """The time up to which a read-back takes deliveries as due: ``now_ms``,
+        or later if the endpoint refused a delivery due later (the wall clock
+        stepped back since): a refused delivery has no deadline left."""
+        return max(now_ms, self._refused_due.get(endpoint_id, now_ms))
 
     def take_back(self, d: Delivery) -> None:
         """Queue ``d``, read back from the store by the owner (who keeps
@@ -128,6 +139,7 @@ class SendQueue:
         has no overflow left."""
         if go_on_from is None:
             self._overflow.pop(endpoint_id, None)
+            self._refused_due.pop(endpoint_id, None)
         elif endpoint_id in self._overflow:
             self._overflow[endpoint_id] = go_on_from
 
@@ -178,6 +190,7 @@ class SendQueue:
         """Take an endpoint's whole ready queue away (no longer busy), and
         forget its overflow."""
         self._overflow.pop(endpoint_id, None)
+        self._refused_due.pop(endpoint_id, None)
         queue = self._ready.pop(endpoint_id, deque())
         for d in queue:
             self._busy.discard(d.id)

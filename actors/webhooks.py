@@ -151,6 +151,8 @@ class WebhookActor:
         self._writes = ActorWrites(store, self.tables, self._reload)
         self._senders = SenderPool(senders, clock, self.mailbox.call_nowait)
         self._parked_plan: dict[str, set[str]] = {}
+        # project id -> overflowed endpoints whose read-back waits for the plan
+        self._held_refills: dict[str, set[str]] = {}
         self._bodies = RecentBodies()  # of dispatched events, by (project, mode, event id)
         self._stats = WebhookStats()
 
@@ -230,7 +232,7 @@ class WebhookActor:
     async def _tick(self) -> TickResult:
         dispatched = await self._dispatch(self._store.read_outbox(OUTBOX_BATCH))
         self._resume_plan_parked()
-        return TickResult(dispatched, bool(self._parked_plan))
+        return TickResult(dispatched, bool(self._parked_plan or self._held_refills))
 
     async def _dispatch(self, batch: list[tuple[bytes, OutboxEvent]]) -> int:
         if not batch:
@@ -332,6 +334,10 @@ class WebhookActor:
 
     def _resume_plan_parked(self) -> None:
         changes = Changes()
+        for project_id in list(self._held_refills):
+            if self._plan_allows(project_id):
+                for endpoint_id in self._held_refills.pop(project_id):
+                    self._queue.refill_ended(endpoint_id)  # _pump asks for it again
         for project_id in list(self._parked_plan):
             if not self._plan_allows(project_id):
                 continue
@@ -360,14 +366,16 @@ class WebhookActor:
     async def _refill(self, endpoint_id: str) -> None:
         """Read an overflowed endpoint's due deliveries back into its ready
         queue (a mailbox call asked for by ``_pump``)."""
+        held = False
         try:
             await self._writes.settle()  # the scan reads committed states
-            changes = self._read_back(endpoint_id)
+            changes, held = self._read_back(endpoint_id)
         finally:
-            self._queue.refill_ended(endpoint_id)
+            if not held:
+                self._queue.refill_ended(endpoint_id)
         self._pump(changes)
 
-    def _read_back(self, endpoint_id: str) -> Changes:
+    def _read_back(self, endpoint_id: str) -> tuple[Changes, bool]:
         """The synchronous part of ``_refill``, after the actor's writes have
         committed: every delivery before where it stops was taken, is not due
         (its deadline is in the timer or the store), is busy, or is parked for
@@ -377,10 +385,13 @@ class WebhookActor:
         endpoint = self._endpoints.get(endpoint_id)
         if go_on is None or endpoint is None or endpoint.is_off:
             self._queue.refilled(endpoint_id, None)  # Off: turning on re-arms them all
-            return changes
-        allowed = self._plan_allows(endpoint.project_id)
+            return changes, False
+        if not self._plan_allows(endpoint.project_id):  # held in the store, not parked
+            self._held_refills.setdefault(endpoint.project_id, set()).add(endpoint_id)
+            self._wakeup.notify()
+            return changes, True
         parked = self._parked_plan.get(endpoint.project_id, set())  # tick resumes those
-        now = self._clock.now_ms()
+        now = self._queue.due_by(endpoint_id, self._clock.now_ms())
         room = self._queue.room(endpoint_id)
         scanned = 0
         while go_on is not None and scanned < REFILL_SCAN:
@@ -393,15 +404,12 @@ class WebhookActor:
                     continue
                 if room == 0:
                     self._queue.refilled(endpoint_id, d.id)
-                    return changes
+                    return changes, False
                 room -= 1
-                if allowed:
-                    self._queue.take_back(d)
-                else:
-                    self._consider(d, changes)  # parked until the plan returns
+                self._queue.take_back(d)
             go_on = after
         self._queue.refilled(endpoint_id, go_on)
-        return changes
+        return changes, False
 
     # -- ready -> sending -> reported -------------------------------------------------
 
@@ -409,8 +417,9 @@ class WebhookActor:
         """Start ready deliveries while senders are free; hold ``changes`` (with
         what the starts change) to be written; ask for the read-back of
         overflowed endpoints whose ready queue ran low."""
+        plans: dict[str, bool] = {}
         for d in self._queue.startable():
-            self._start(d, changes)
+            self._start(d, changes, plans)
         self._writes.apply(changes)
         for endpoint_id in self._queue.refills_due():
             try:
@@ -418,9 +427,17 @@ class WebhookActor:
             except Overloaded:  # the calls queued will pump, and ask again
                 self._queue.refill_ended(endpoint_id)
 
-    def _start(self, d: Delivery, changes: Changes) -> None:
-        """Hand ``d`` (as stored) to a sender."""
+    def _start(self, d: Delivery, changes: Changes, plans: dict[str, bool]) -> None:
+        """Hand ``d`` (as stored) to a sender; park it instead if its
+        organization's plan no longer has webhooks (it lapsed while ``d``
+        was ready: nothing is sent below Growth). ``plans``: the answers
+        read in this pump."""
         endpoint = self._endpoints.get(d.endpoint_id)
+        if (endpoint is not None and not endpoint.is_off
+                and not self._plan_allows(endpoint.project_id, plans)):
+            self._queue.release(d)
+            self._consider(d, changes, plans=plans)  # parked until the plan returns
+            return
         body = self._event_body(endpoint, d.event_id) if endpoint is not None else None
         if endpoint is None or endpoint.is_off or body is None:
             self._queue.release(d)

@@ -60,6 +60,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ METRIC_FIELDS = {"svc_store_used_bytes": "store_used", "svc_store_writes_total":
                  "svc_store_write_queue": "write_queue"}
 
 
-def free_port(start: int, skip: set[int] = frozenset()) -> int:  # type: ignore[assignment]
+def free_port(start: int, skip: AbstractSet[int] = frozenset()) -> int:
     for port in range(start, PORTS.stop):
         if port in skip:
             continue

@@ -357,7 +357,7 @@ def _memo_of(currency: object, kind: type) -> dict[object, Revenue | None]:
     memo = _BY_KIND.get((currency, kind))
     if memo is None:
         if len(_BY_KIND) >= _MEMOS_MAX:
-            _BY_KIND.clear()
+            del _BY_KIND[next(iter(_BY_KIND))]  # the oldest: an app's few stay
         memo = _BY_KIND[currency, kind] = {}
     return memo
 
@@ -366,8 +366,8 @@ def _revenue(properties: dict[str, object]) -> Revenue | None:
     """``svc_engine.events.revenue``, remembered per (currency, amount type,
     amount): apps send the same few prices over and over, and building the
     exact decimal of a float is the costliest step of encoding an event.
-    Bounded: a memo is cleared when it holds 4096 entries, and all of them
-    when a seventeenth currency and type pair comes (``_MEMOS_MAX``)."""
+    Bounded: a memo is cleared when it holds 4096 entries, and the oldest
+    memo goes when a seventeenth currency and type pair comes (``_MEMOS_MAX``)."""
     currency, amount = properties.get("currency"), properties.get("revenue")
     if not isinstance(currency, str) or not isinstance(amount, int | float) or amount == 0:
         return revenue(properties)  # 0 too: 0.0 and -0.0 are equal keys, not equal text

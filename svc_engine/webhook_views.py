@@ -18,6 +18,10 @@ Decisions where SPEC.md is silent:
   so it is null then (the status stays Queued or Retrying). Once the
   endpoint is on again it is a time again: the stored one, or the turn-on
   time for a delivery whose time passed while it was Off (it goes at once).
+  Two holds this view does not know of show the stored time although it
+  has passed: a delivery held while its organization's plan lacks webhooks
+  (it goes when the plan returns), and one of a slow endpoint's backlog
+  waiting in the store for room in its ready queue (it goes in its turn).
 """
 
 from __future__ import annotations

@@ -156,3 +156,9 @@ def test_any_body_refuses_it(server: ServerProcess) -> None:
     whole = send(server, "sk_test", "POST", "/v1/links", BIG)
     assert whole.status_code == 400 and "field" not in whole.json()["error"]
     assert whole.json()["error"]["message"].startswith("the request body: the integer ")
+    long_key = "k" * 5_000  # the sender's to make: not echoed whole
+    answer = send(server, "sk_test", "PATCH", "/v1/deferred/settings",
+                  f'{{"{long_key}": {BIG}}}')
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["field"] == "k" * 96 + "..." and len(error["message"]) < 300

@@ -36,6 +36,7 @@ from storage.webhooks_store import ATTEMPT_DEADLINE, attempt_deadline
 from svc_engine import webhook_delivery as wd
 from svc_engine.keys import Mode
 from svc_engine.outbox import EventType, OutboxEvent
+from svc_engine.plans import Plan
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
 from svc_engine.webhook_endpoint import validate_endpoint
 from svc_engine.webhook_retry import TIMEOUT
@@ -400,3 +401,54 @@ def test_dropping_an_endpoint_forgets_its_overflow() -> None:
     q.drop_ready("a")
     assert q.overflowed == 0 and q.overflow_from("a") is None
     assert q.add(_d(5))
+
+
+async def test_a_plan_lapse_keeps_the_backlog_in_the_store(
+        store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock,
+        peak: dict[str, int]) -> None:
+    """Below Growth nothing is read back (it would only be parked, in memory,
+    a page after another until the whole backlog was there); when the plan
+    returns, the backlog is read back and delivered."""
+    b = backlog
+    project = store.get_project(b.project_id)
+    assert project is not None
+    await store.set_plan(project.org_id, Plan.STARTER)
+    attempted = len(b.receiver.attempts)
+    await trio.sleep(3 * 3600)
+    assert len(b.receiver.attempts) == attempted  # nothing sent below Growth
+    # Parked: what was ready or in flight when the plan went; the rest waits in the store.
+    assert b.actor.statistics().parked_by_plan <= READY_PER_ENDPOINT + 2 * PER_ENDPOINT
+    b.receiver.hung = False
+    await store.set_plan(project.org_id, Plan.GROWTH)
+    await b.actor.tick()
+    await _all_delivered(b.actor, b.receiver, b.project_id, b.count)
+    assert peak[b.endpoint_id] <= READY_PER_ENDPOINT
+
+
+class _SteppingClock(TrioWallClock):
+    """A wall clock that can be stepped back (NTP, a resumed VM)."""
+
+    def __init__(self, base_ms: int) -> None:
+        super().__init__(base_ms)
+        self.offset = 0
+
+    def now_ms(self) -> int:
+        return super().now_ms() + self.offset
+
+    def trio_time_for(self, wall_ms: int) -> float:
+        return super().trio_time_for(wall_ms - self.offset)
+
+
+async def test_a_wall_clock_stepped_back_strands_no_delivery(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    """A refused delivery has no deadline left: after the clock steps back,
+    the read-back still takes it as due (it was), not as waiting for a
+    deadline it no longer has."""
+    clock = _SteppingClock(BASE)
+    receiver = HungEndpoint(clock)
+    async with running(store, clock, receiver) as actor:
+        project_id, _ = await _world(store, actor, clock)
+        count = await _hung_backlog(store, actor, clock, project_id)
+        clock.offset = -120_000  # two minutes back
+        receiver.hung = False
+        await _all_delivered(actor, receiver, project_id, count)

@@ -147,6 +147,8 @@ class Request:
         if inexact is not None:
             text, field = inexact
             shown = text if len(text) <= 32 else f"{text[:24]}... ({len(text)} characters)"
+            if field is not None and len(field) > 100:  # a key is the sender's to make long
+                field = f"{field[:96]}..."
             raise ValidationError(
                 f"{field or 'the request body'}: the integer {shown} cannot be kept exactly "
                 "(integers lie within -2^63 and 2^64-1); send it as a string", field=field)
