@@ -352,3 +352,41 @@ async def test_password_checks_run_two_at_a_time(app: App, monkeypatch: Any) -> 
             assert active[0] == PASSWORD_THREADS and peak[0] == PASSWORD_THREADS
             gate.set()
     assert codes == [400] * 6
+
+
+async def test_past_the_password_queue_a_sign_in_is_turned_away_at_once(
+        app: App, monkeypatch: Any) -> None:
+    """With PASSWORD_THREADS checks running and ``password_queue`` waiting, one
+    more sign-in is answered 503 with Retry-After at once, and the throttle
+    does not count it as a guess; the waiting ones are all answered."""
+    gate = threading.Event()
+
+    def slow_check(password_hash: str, password: str) -> bool:
+        gate.wait(10)
+        return False
+
+    monkeypatch.setattr(tenancy, "verify_password", slow_check)
+    dash = dashboard_of(app)
+    dash.password_queue = 3
+    codes: list[int] = []
+    async with browser(app) as c:
+        token = csrf_of((await c.get("/dashboard")).text)
+
+        async def guess(n: int) -> None:
+            r = await c.post("/dashboard/sign-in", data={
+                "csrf": token, "email": f"u{n}@example.com", "password": "wrong-password"})
+            codes.append(r.status_code)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(PASSWORD_THREADS + 3):
+                nursery.start_soon(guess, n)
+            with trio.fail_after(10):
+                while dash.passwords.statistics().tasks_waiting < 3:
+                    await trio.sleep(0.01)
+            r = await c.post("/dashboard/sign-in", data={
+                "csrf": token, "email": "late@example.com", "password": "wrong-password"})
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            assert "busy" in r.text
+            gate.set()
+    assert codes == [400] * (PASSWORD_THREADS + 3)
+    assert dash.throttle.statistics()["emails"] == PASSWORD_THREADS + 3  # the late one not counted

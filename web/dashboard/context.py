@@ -51,6 +51,9 @@ COOKIE_PATH = "/dashboard"
 HOME = "/dashboard"
 PASSWORD_THREADS = 2
 """argon2 checks and hashes run at once (each holds 64 MiB while it runs)."""
+PASSWORD_QUEUE = 64
+"""Sign-ins waiting for a password check past which one is answered 503 at
+once (each check takes ~50 ms: 64 waiting is about 1.6 s for the last)."""
 View = Callable[..., Awaitable[ResponseReturnValue]]
 log = logging.getLogger("svc.dashboard")
 
@@ -106,6 +109,7 @@ class Dashboard:
         self.throttle = SignInThrottle(services.server_secret)
         self.once = FormOnce(services.clock.now_ms, services.random)
         self.passwords = trio.CapacityLimiter(PASSWORD_THREADS)
+        self.password_queue = PASSWORD_QUEUE
         """Password hashes and checks running at once (views_auth.py: argon2
         holds 64 MiB each while it runs)."""
         self.nav: list[NavEntry] = list(DEFAULT_NAV)

@@ -8,8 +8,10 @@ Failed attempts feed the sign-in throttle (throttle.py): past its limit the
 page answers 429 with ``Retry-After``.
 
 Each check or hash also holds 64 MiB for argon2 while it runs, so at most
-``PASSWORD_THREADS`` (context.py) run at once; the others wait their turn. (With trio's
-default of 40 worker threads, 40 sign-ins sent at once held about 2 GiB.)
+``PASSWORD_THREADS`` (context.py) run at once; the others wait their turn,
+and past ``PASSWORD_QUEUE`` waiting a sign-in is answered 503 at once (not
+counted by the throttle). (With trio's default of 40 worker threads, 40
+sign-ins sent at once held about 2 GiB.)
 """
 
 from __future__ import annotations
@@ -83,6 +85,11 @@ def register(dash: Dashboard) -> None:
         target = safe_next(form.get("next"))
         now = dash.now_ms()
         client = dash.client_address()
+        if dash.passwords.statistics().tasks_waiting >= dash.password_queue:
+            # A flood of sign-ins: refused before the throttle counts it as a guess.
+            return await sign_in_page(
+                status=503, email=email, retry_after=1, target=target,
+                error="The service is busy checking other sign-ins. Try again in a moment.")
         wait = dash.throttle.attempt(email, client, now)
         if wait:
             minutes = max(1, round(wait / 60))
