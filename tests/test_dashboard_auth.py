@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
@@ -316,42 +318,66 @@ async def test_a_trailing_slash_after_dashboard_leads_home(app: App) -> None:
         assert (await c.get("/dashboard/")).headers["location"] == "/dashboard"
 
 
+@attrs.define
+class _Held:
+    client: Any
+    token: str
+    codes: list[int] = attrs.Factory(list)
+    active: int = 0
+    peak: int = 0
+
+
+@asynccontextmanager
+async def _sign_ins_held_at_their_check(app: App, monkeypatch: Any, n: int
+                                        ) -> AsyncIterator[_Held]:
+    """``n`` wrong sign-ins sent at once, whose password checks (a stand-in
+    for argon2 counting how many run at once) wait until the block ends;
+    each one's status is in ``codes`` after it."""
+    lock, gate = threading.Lock(), threading.Event()
+    async with browser(app) as c:
+        held = _Held(c, csrf_of((await c.get("/dashboard")).text))
+
+        def slow_check(password_hash: str, password: str) -> bool:
+            with lock:
+                held.active += 1
+                held.peak = max(held.peak, held.active)
+            gate.wait(10)
+            with lock:
+                held.active -= 1
+            return False
+
+        monkeypatch.setattr(tenancy, "verify_password", slow_check)
+
+        async def guess(i: int) -> None:
+            r = await c.post("/dashboard/sign-in", data={
+                "csrf": held.token, "email": f"u{i}@example.com", "password": "wrong-password"})
+            held.codes.append(r.status_code)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(guess, i)
+            try:
+                yield held
+            finally:
+                gate.set()
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    with trio.fail_after(10):
+        while not check():
+            await trio.sleep(0.01)
+
+
 async def test_password_checks_run_two_at_a_time(app: App, monkeypatch: Any) -> None:
     """argon2 holds 64 MiB a check: sign-ins sent at once are checked at most
     PASSWORD_THREADS at a time (trio's 40 worker threads let 40 sign-ins hold
     about 2 GiB), the others waiting their turn, and all are answered."""
-    lock, gate = threading.Lock(), threading.Event()
-    active, peak = [0], [0]
-
-    def slow_check(password_hash: str, password: str) -> bool:
-        with lock:
-            active[0] += 1
-            peak[0] = max(peak[0], active[0])
-        gate.wait(10)
-        with lock:
-            active[0] -= 1
-        return False
-
-    monkeypatch.setattr(tenancy, "verify_password", slow_check)
     limiter = dashboard_of(app).passwords
-    codes: list[int] = []
-    async with browser(app) as c:
-        token = csrf_of((await c.get("/dashboard")).text)
-
-        async def guess(n: int) -> None:
-            r = await c.post("/dashboard/sign-in", data={
-                "csrf": token, "email": f"u{n}@example.com", "password": "wrong-password"})
-            codes.append(r.status_code)
-
-        async with trio.open_nursery() as nursery:
-            for n in range(6):
-                nursery.start_soon(guess, n)
-            with trio.fail_after(10):  # until every guess reached its check
-                while active[0] + limiter.statistics().tasks_waiting < 6:
-                    await trio.sleep(0.01)
-            assert active[0] == PASSWORD_THREADS and peak[0] == PASSWORD_THREADS
-            gate.set()
-    assert codes == [400] * 6
+    async with _sign_ins_held_at_their_check(app, monkeypatch, 6) as held:
+        # until every guess reached its check
+        await _until(lambda: held.active + limiter.statistics().tasks_waiting == 6)
+        assert held.active == PASSWORD_THREADS and held.peak == PASSWORD_THREADS
+    assert held.codes == [400] * 6
 
 
 async def test_past_the_password_queue_a_sign_in_is_turned_away_at_once(
@@ -359,34 +385,13 @@ async def test_past_the_password_queue_a_sign_in_is_turned_away_at_once(
     """With PASSWORD_THREADS checks running and ``password_queue`` waiting, one
     more sign-in is answered 503 with Retry-After at once, and the throttle
     does not count it as a guess; the waiting ones are all answered."""
-    gate = threading.Event()
-
-    def slow_check(password_hash: str, password: str) -> bool:
-        gate.wait(10)
-        return False
-
-    monkeypatch.setattr(tenancy, "verify_password", slow_check)
     dash = dashboard_of(app)
     dash.password_queue = 3
-    codes: list[int] = []
-    async with browser(app) as c:
-        token = csrf_of((await c.get("/dashboard")).text)
-
-        async def guess(n: int) -> None:
-            r = await c.post("/dashboard/sign-in", data={
-                "csrf": token, "email": f"u{n}@example.com", "password": "wrong-password"})
-            codes.append(r.status_code)
-
-        async with trio.open_nursery() as nursery:
-            for n in range(PASSWORD_THREADS + 3):
-                nursery.start_soon(guess, n)
-            with trio.fail_after(10):
-                while dash.passwords.statistics().tasks_waiting < 3:
-                    await trio.sleep(0.01)
-            r = await c.post("/dashboard/sign-in", data={
-                "csrf": token, "email": "late@example.com", "password": "wrong-password"})
-            assert r.status_code == 503 and r.headers["retry-after"] == "1"
-            assert "busy" in r.text
-            gate.set()
-    assert codes == [400] * (PASSWORD_THREADS + 3)
+    async with _sign_ins_held_at_their_check(app, monkeypatch, PASSWORD_THREADS + 3) as held:
+        await _until(lambda: dash.passwords.statistics().tasks_waiting == 3)
+        r = await held.client.post("/dashboard/sign-in", data={
+            "csrf": held.token, "email": "late@example.com", "password": "wrong-password"})
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert "busy" in r.text
+    assert held.codes == [400] * (PASSWORD_THREADS + 3)
     assert dash.throttle.statistics()["emails"] == PASSWORD_THREADS + 3  # the late one not counted
