@@ -85,14 +85,14 @@ from actors.webhook_queue import SendQueue
 from actors.webhook_sender import AttemptReport, SendJob
 from actors.webhook_writes import ActorWrites, Changes
 from storage.lmdb_store import LmdbStore
-from storage.webhooks_store import ATTEMPT_DEADLINE, WAITING, WebhookStore, attempt_deadline
+from storage.webhooks_store import ATTEMPT_DEADLINE, WebhookStore, attempt_deadline
 from storage.writer import Op
 from svc_engine import webhook_delivery as deliveries
 from svc_engine.deadlines import Deadline
 from svc_engine.errors import Overloaded
 from svc_engine.outbox import OutboxEvent
 from svc_engine.plans import QUOTAS
-from svc_engine.webhook_delivery import Delivery, DeliveryStatus
+from svc_engine.webhook_delivery import WAITING, Delivery, DeliveryStatus
 from svc_engine.webhook_records import Endpoint, off_if_due
 from svc_engine.webhook_steps import FanOut, apply_answer, fan_out
 
@@ -369,27 +369,28 @@ class WebhookActor:
         held = False
         try:
             await self._writes.settle()  # the scan reads committed states
-            changes, held = self._read_back(endpoint_id)
+            held = self._read_back(endpoint_id)
         finally:
             if not held:
                 self._queue.refill_ended(endpoint_id)
-        self._pump(changes)
+        self._pump(Changes())
 
-    def _read_back(self, endpoint_id: str) -> tuple[Changes, bool]:
+    def _read_back(self, endpoint_id: str) -> bool:
         """The synchronous part of ``_refill``, after the actor's writes have
         committed: every delivery before where it stops was taken, is not due
         (its deadline is in the timer or the store), is busy, or is parked for
-        the plan (``tick`` resumes it through the cap)."""
-        changes = Changes()
+        the plan (``tick`` resumes it through the cap). True: held, not read,
+        while the organization's plan lacks webhooks (``tick`` lets it go on
+        when the plan returns)."""
         go_on = self._queue.overflow_from(endpoint_id)
         endpoint = self._endpoints.get(endpoint_id)
         if go_on is None or endpoint is None or endpoint.is_off:
             self._queue.refilled(endpoint_id, None)  # Off: turning on re-arms them all
-            return changes, False
+            return False
         if not self._plan_allows(endpoint.project_id):  # held in the store, not parked
             self._held_refills.setdefault(endpoint.project_id, set()).add(endpoint_id)
             self._wakeup.notify()
-            return changes, True
+            return True
         parked = self._parked_plan.get(endpoint.project_id, set())  # tick resumes those
         now = self._queue.due_by(endpoint_id, self._clock.now_ms())
         room = self._queue.room(endpoint_id)
@@ -404,12 +405,12 @@ class WebhookActor:
                     continue
                 if room == 0:
                     self._queue.refilled(endpoint_id, d.id)
-                    return changes, False
+                    return False
                 room -= 1
                 self._queue.take_back(d)
             go_on = after
         self._queue.refilled(endpoint_id, go_on)
-        return changes, False
+        return False
 
     # -- ready -> sending -> reported -------------------------------------------------
 

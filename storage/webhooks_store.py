@@ -47,12 +47,11 @@ from storage.codec import decode, encode
 from storage.lmdb_store import LmdbStore, prefix_keys
 from svc_engine.deadlines import Deadline
 from svc_engine.keys import Mode
-from svc_engine.webhook_delivery import Delivery, DeliveryStatus
+from svc_engine.webhook_delivery import WAITING, Delivery, DeliveryStatus
 from svc_engine.webhook_records import Endpoint, WebhookEvent
 from svc_engine.webhook_steps import FanOut
 
 ATTEMPT_DEADLINE = "webhook_attempt"
-WAITING = (DeliveryStatus.QUEUED, DeliveryStatus.RETRYING)
 OPEN = (DeliveryStatus.QUEUED, DeliveryStatus.SENDING, DeliveryStatus.RETRYING)
 SCAN_CAP = 20_000
 """Rows a filtered recent-deliveries listing reads at most before it stops."""

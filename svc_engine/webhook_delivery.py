@@ -65,6 +65,10 @@ class DeliveryStatus(enum.StrEnum):
     FAILED = "Failed"
 
 
+WAITING = frozenset({DeliveryStatus.QUEUED, DeliveryStatus.RETRYING})
+"""Statuses of a delivery whose next attempt waits for its time."""
+
+
 @attrs.frozen
 class Attempt:
     """One HTTP exchange with the endpoint, as shown in delivery history."""
@@ -215,7 +219,7 @@ def new_delivery(
 def is_due(delivery: Delivery, now_ms: int) -> bool:
     """True when a waiting delivery's next attempt time has come."""
     return (
-        delivery.status in (DeliveryStatus.QUEUED, DeliveryStatus.RETRYING)
+        delivery.status in WAITING
         and delivery.next_attempt_at_ms is not None
         and delivery.next_attempt_at_ms <= now_ms
     )
@@ -223,7 +227,7 @@ def is_due(delivery: Delivery, now_ms: int) -> bool:
 
 def begin_attempt(delivery: Delivery) -> Delivery:
     """Queued or Retrying to Sending: the delivery was handed to a sender."""
-    if delivery.status not in (DeliveryStatus.QUEUED, DeliveryStatus.RETRYING):
+    if delivery.status not in WAITING:
         raise InternalError(f"cannot start an attempt of a {delivery.status} delivery")
     return attrs.evolve(delivery, status=DeliveryStatus.SENDING, next_attempt_at_ms=None)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from svc_engine.webhook_delivery import Attempt, Delivery, DeliveryStatus
+from svc_engine.webhook_delivery import WAITING, Attempt, Delivery
 from svc_engine.webhook_envelope import iso_utc_ms
 from svc_engine.webhook_records import Endpoint, WebhookEvent
 
@@ -87,7 +87,7 @@ def next_attempt_at_ms(d: Delivery, endpoint: Endpoint | None) -> int | None:
     one whose time passed while the endpoint was Off is due from the turn on
     (``accepting_since_ms``), not from a moment when it was held.
     """
-    if d.status not in (DeliveryStatus.QUEUED, DeliveryStatus.RETRYING):
+    if d.status not in WAITING:
         return None
     if d.next_attempt_at_ms is None or endpoint is None or endpoint.is_off:
         return None

@@ -32,7 +32,7 @@ import attrs
 
 from svc_engine.endpoint_health import OFF_AUTOMATIC, HealthState
 from svc_engine.errors import CallerError
-from svc_engine.webhook_delivery import Delivery, DeliveryStatus
+from svc_engine.webhook_delivery import WAITING, Delivery, DeliveryStatus
 from svc_engine.webhook_endpoint import SUBSCRIBABLE_EVENTS
 from svc_engine.webhook_records import Endpoint
 from svc_engine.webhook_retry import MAX_ATTEMPTS
@@ -159,7 +159,7 @@ def duration(ms: int | None) -> str:
 def paused(d: Delivery, endpoint: Endpoint | None) -> bool:
     """A Queued or Retrying delivery held because its endpoint is Off: nothing
     is attempted until the endpoint is turned on."""
-    return (d.status in (DeliveryStatus.QUEUED, DeliveryStatus.RETRYING)
+    return (d.status in WAITING
             and endpoint is not None and endpoint.is_off)
 
 
