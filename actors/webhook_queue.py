@@ -9,7 +9,9 @@ reported (or it is dropped): it is never queued twice.
 
 Memory is bounded: an endpoint's ready queue holds at most ``ready_cap``
 deliveries (READY_PER_ENDPOINT). ``add`` refuses a delivery when the queue is
-full; the caller leaves it in the store, and the endpoint has *overflowed*.
+full; the caller leaves it in the store, and the endpoint has *overflowed*
+(``leave`` records the same for a due delivery the owner does not offer:
+at a restart or a turn on, one whose organization's plan lacks webhooks).
 The queue remembers, per overflowed endpoint, only the id from which its store
 must be read back: the smallest id refused, or where the last read-back
 stopped. Oldest (smallest id) first: while an endpoint has overflowed, ``add``
@@ -21,9 +23,9 @@ due deliveries back oldest first (``take_back``, up to ``room``: three
 quarters of the cap, the last quarter is left to retries) and says where it
 stopped (``refilled``; at the end of the store the overflow is over). A
 manual attempt (``front``) is never refused. Dropping or forgetting an
-endpoint forgets its overflow (its waiting deliveries get their deadlines back
-when it is turned on). Delivery ids compare as the store orders them
-(canonical lowercase UUIDs).
+endpoint forgets its overflow (turning it on brings its waiting deliveries
+back through ``add`` and ``leave``, oldest first). Delivery ids compare as
+the store orders them (canonical lowercase UUIDs).
 """
 
 from __future__ import annotations
@@ -89,12 +91,20 @@ class SendQueue:
                      and (first is None or d.id < first)):
             self._push(d, front)
             return True
+        self.leave(d)
+        return False
+
+    def leave(self, d: Delivery) -> None:
+        """``d`` is due and stays in the store, to be read back (``refills_due``),
+        as if ``add`` had refused it. ``add`` calls it; so does the owner for
+        a due delivery it does not offer (at a restart or a turn on, while
+        the organization's plan lacks webhooks)."""
+        first = self._overflow.get(d.endpoint_id)
         if first is None or d.id < first:
             self._overflow[d.endpoint_id] = d.id
         if d.next_attempt_at_ms is not None:
             self._refused_due[d.endpoint_id] = max(
                 self._refused_due.get(d.endpoint_id, d.next_attempt_at_ms), d.next_attempt_at_ms)
-        return False
 
     def due_by(self, endpoint_id: str, now_ms: int) -> int:
         """The time up to which a read-back takes deliveries as due: ``now_ms``,

@@ -20,9 +20,9 @@ only ever post to it without blocking, so no send goes up the graph.
   (``webhook_attempt``). When it fires the delivery joins the ready queue of
   its endpoint (actors/webhook_queue.py), unless the endpoint is Off or the
   plan lacks webhooks: then it is *parked* (its deadline removed, its state
-  kept). Turning the endpoint on re-arms its parked deliveries; a plan that
-  returns is noticed by ``tick`` (every second while anything is parked) and
-  its parked deliveries resume.
+  kept). Turning the endpoint on brings its waiting deliveries back as a
+  restart does (Restart, below); a plan that returns is noticed by ``tick``
+  (every second while anything is parked) and its parked deliveries resume.
 * **Backlog**: an endpoint's ready queue holds at most READY_PER_ENDPOINT
   deliveries (webhook_queue.py). A due delivery it refuses (full, or newer
   than deliveries already waiting in the store) *overflows*: its state stays
@@ -34,9 +34,10 @@ only ever post to it without blocking, so no send goes up the graph.
   and not busy (at most REFILL_SCAN entries a call); once a read reaches the
   end, new due deliveries are queued directly again. A hung endpoint with
   events coming thus costs the data directory, not memory. Turning the
-  endpoint off forgets its overflow (turning on re-arms every waiting
-  delivery); a restart re-arms every waiting delivery, and those due come
-  back through the cap. Manual attempts are never refused.
+  endpoint off forgets its ready queue and overflow; turning it on, like a
+  restart, queues due deliveries up to the cap and leaves the rest
+  overflowed in the store (Restart, below). Manual attempts are never
+  refused.
 * **Sending**: ready deliveries go to the sender tasks (actors/webhook_pool.py).
   A scheduled attempt's Sending state is shown (actors/webhook_writes.py) but
   not written: the stored delivery stays Queued or Retrying with its
@@ -52,11 +53,22 @@ only ever post to it without blocking, so no send goes up the graph.
   start are held, then written with others as one op (webhook_writes.py),
   without waiting for the commit; until then reads see them from memory.
 * **Restart**: deliveries found Sending (manual attempts, or data written by
-  an older version) are settled with ``webhook_delivery.requeue_interrupted``,
-  and every waiting delivery of an endpoint that is not Off gets its deadline
-  back. A retry is therefore neither lost nor run twice by a restart; only an
-  attempt cut off mid-flight (or whose result had not been committed) is
-  repeated: at least once, receivers deduplicate on ``webhook-id``.
+  an older version) are settled with ``webhook_delivery.requeue_interrupted``.
+  The open deliveries are read once, by endpoint, oldest first; of an
+  endpoint that is not Off, a waiting delivery not due yet keeps its deadline
+  (restored if it is missing), and those due go through the cap as if their
+  deadlines had fired in that order: the first READY_PER_ENDPOINT are
+  queued, the rest stay in the store and the endpoint has overflowed from
+  the oldest of them, to be read back as its queue runs down (below Growth
+  all stay there, the read-back held until the plan returns). What stays in
+  the store costs no write and no timer work: a backlog of any size costs a
+  restart one read of it, not a deadline written, fired and removed again
+  for each delivery. A retry is therefore neither lost nor run twice by a
+  restart; only an attempt cut off mid-flight (or whose result had not been
+  committed) is repeated: at least once, receivers deduplicate on
+  ``webhook-id``. Turning an endpoint on (``rearm``) brings its waiting
+  deliveries back the same way, as of the turn on, but for attempts still in
+  flight from before the turn off, left to their reports.
 * **History**: a daily ``webhook_purge`` deadline removes deliveries older
   than 30 days (and bodies no delivery refers to any more).
 """
@@ -98,7 +110,7 @@ from svc_engine.webhook_steps import FanOut, apply_answer, fan_out
 
 log = logging.getLogger("svc.webhooks")
 OUTBOX_BATCH = 256
-RECOVER_PAGE = 1_000  # open deliveries read and re-armed per write at start and on turn-on
+RECOVER_PAGE = 1_000  # open deliveries read per page (one write at most) at start and on turn-on
 MAILBOX_CAPACITY = 8192
 REFILL_SCAN = 2_000
 """Open deliveries of an overflowed endpoint one read-back call reads at most
@@ -191,37 +203,114 @@ class WebhookActor:
         self._endpoints = {e.id: e for e in self.tables.all_endpoints()}
 
     async def _recover(self) -> None:
-        """Load endpoints; settle interrupted attempts; re-arm waiting
-        deliveries (a page at a time: a backlog of open deliveries is never
-        all in memory, nor one huge transaction)."""
+        """Load endpoints; settle interrupted attempts; bring the waiting
+        deliveries back (``_bring_back``), a page at a time: a backlog of
+        open deliveries is never all in memory, nor one huge transaction, and
+        what of it stays in the store costs no write and no timer work."""
         await self._reload()
         now = self._clock.now_ms()
         if not self._store.deadline_kinds({PURGE_DEADLINE}):
             first = first_purge(now)
             await self._writes.write(lambda txn: self._store.put_deadline(txn, first))
+        plans: dict[str, bool] = {}
         recovered = 0
         after: bytes | None = None
         while True:
             found, after = self.tables.open_deliveries_page(after, RECOVER_PAGE)
-
-            def op(txn: lmdb.Transaction, found: list[Delivery] = found) -> None:
-                for d in found:
-                    endpoint = self._endpoints.get(d.endpoint_id)
-                    if endpoint is None:
-                        continue
-                    settled = deliveries.requeue_interrupted(d, now)
-                    if settled != d:
-                        self.tables.save_delivery(txn, d, settled)
-                    elif not endpoint.is_off and (deadline := attempt_deadline(d)) is not None:
-                        self._store.put_deadline(txn, deadline)
-
-            if found:
-                await self._writes.write(op)
-                recovered += len(found)
+            recovered += len(found)
+            await self._bring_back(found, now, plans, schedule=False)  # the timer loads them
             if after is None:
                 break
+        # Once serving: start what was queued, ask for the read-backs.
+        self.mailbox.call_nowait(lambda: self._pump(Changes()))
         if recovered:
-            log.info("webhooks: %d open deliveries recovered", recovered)
+            log.info("webhooks: %d open deliveries recovered; %d endpoints have due ones"
+                     " left in the store", recovered, self._queue.overflowed)
+
+    async def rearm(self, endpoint: Endpoint) -> None:
+        """Bring back the waiting deliveries of an endpoint just turned on, as
+        a restart does (``_bring_back``): those not due yet keep their
+        deadlines, those due go through the cap oldest first and the rest
+        stay in the store, the endpoint overflowed from the oldest of them
+        (turning it off forgot its ready queue and overflow). A backlog of
+        any size costs one read of it, not a deadline written, fired and
+        removed again for each delivery. Attempts still in flight from
+        before the turn off (busy) are left to their reports."""
+        await self._writes.settle()  # the scan reads committed states
+        now = self._clock.now_ms()
+        plans: dict[str, bool] = {}
+        after: bytes | None = None
+        while True:
+            found, after = self.tables.open_deliveries_page(after, RECOVER_PAGE, endpoint.id)
+            await self._bring_back([d for d in found if not self._queue.is_busy(d.id)],
+                                   now, plans, schedule=True)
+            if after is None:
+                break
+        self._pump(Changes())  # start what was queued; read back as the queue runs down
+
+    async def _bring_back(self, found: list[Delivery], now_ms: int, plans: dict[str, bool],
+                          *, schedule: bool) -> None:
+        """Bring back one page of open deliveries (``_bring_back_page``) and
+        write what that takes; ``schedule``: then hand the deadlines it
+        restored to the timer (persisted first, the timer's rule; at a
+        restart the timer, not started yet, loads them from the store)."""
+        op, armed = self._bring_back_page(found, now_ms, plans)
+        if op is not None:
+            await self._writes.write(op)
+        if schedule:
+            for deadline in armed:
+                self._timer.schedule_nowait(deadline)
+
+    def _bring_back_page(self, found: list[Delivery], now_ms: int, plans: dict[str, bool]
+                         ) -> tuple[Op[None] | None, list[Deadline]]:
+        """Bring back one page of open deliveries (in the store's order: by
+        endpoint, oldest first), at a restart or when their endpoint is turned
+        on. A delivery found Sending is settled (``requeue_interrupted``). Of
+        an endpoint that is not Off (turning it on brings them back), a
+        waiting delivery not due yet keeps its deadline (written again only
+        if it is not in the store); one due is queued in its endpoint's ready
+        queue while the cap allows, and otherwise left in the store to be
+        read back, oldest first, as if ``add`` had refused it: without a
+        deadline, so the timer does not fire it. While the organization's
+        plan lacks webhooks, every due delivery is left there (its read-back
+        is held until the plan returns). Returns the write that takes (None:
+        nothing to write) and the deadlines it restores."""
+        settles: list[tuple[Delivery, Delivery]] = []
+        keep: list[Deadline] = []  # not due yet
+        left: list[Deadline] = []  # due, left in the store
+        for d in found:
+            endpoint = self._endpoints.get(d.endpoint_id)
+            if endpoint is None:
+                continue
+            settled = deliveries.requeue_interrupted(d, now_ms)
+            if settled != d:
+                settles.append((d, settled))  # with its deadline, if waiting
+            deadline = attempt_deadline(settled)
+            if endpoint.is_off or deadline is None:
+                continue
+            if not deliveries.is_due(settled, now_ms):
+                keep.append(deadline)
+            elif not self._plan_allows(endpoint.project_id, plans):
+                self._queue.leave(settled)
+                left.append(deadline)
+            elif not self._queue.add(settled):
+                left.append(deadline)
+        written = {dl for _, s in settles if (dl := attempt_deadline(s)) is not None}
+        stored = self._store.persisted_deadlines(keep + left) | written
+        arm = [dl for dl in keep if dl not in stored]
+        disarm = [dl for dl in left if dl in stored]
+        if not (settles or arm or disarm):
+            return None, []
+
+        def op(txn: lmdb.Transaction) -> None:
+            for before, after in settles:
+                self.tables.save_delivery(txn, before, after)
+            for dl in disarm:
+                self._store.delete_deadline(txn, dl)
+            for dl in arm:
+                self._store.put_deadline(txn, dl)
+
+        return op, arm
 
     # -- dispatch (outbox -> deliveries) ---------------------------------------------
 
@@ -347,22 +436,6 @@ class WebhookActor:
                     self._consider(d, changes)
         self._pump(changes)
 
-    async def rearm(self, endpoint: Endpoint) -> None:
-        """Give every waiting delivery of a (newly turned on) endpoint its deadline back."""
-        await self._writes.settle()  # the scan reads committed states
-        after: bytes | None = None
-        while True:
-            found, after = self.tables.open_deliveries_page(after, RECOVER_PAGE, endpoint.id)
-            deadlines = [dl for d in found
-                         if d.status in WAITING and not self._queue.is_busy(d.id)
-                         and (dl := attempt_deadline(d)) is not None]
-            if deadlines:
-                await self._store.add_deadlines(deadlines)
-                for dl in deadlines:
-                    self._timer.schedule_nowait(dl)
-            if after is None:
-                break
-
     async def _refill(self, endpoint_id: str) -> None:
         """Read an overflowed endpoint's due deliveries back into its ready
         queue (a mailbox call asked for by ``_pump``)."""
@@ -385,7 +458,7 @@ class WebhookActor:
         go_on = self._queue.overflow_from(endpoint_id)
         endpoint = self._endpoints.get(endpoint_id)
         if go_on is None or endpoint is None or endpoint.is_off:
-            self._queue.refilled(endpoint_id, None)  # Off: turning on re-arms them all
+            self._queue.refilled(endpoint_id, None)  # Off: turning on brings them back
             return False
         if not self._plan_allows(endpoint.project_id):  # held in the store, not parked
             self._held_refills.setdefault(endpoint.project_id, set()).add(endpoint_id)

@@ -101,6 +101,11 @@ class LinksStore:
             raw = txn.get(bytes(link_id), db=self._links)
         return self.store.cache.decode(Link, bytes(raw)) if raw is not None else None
 
+    def any_on(self, domain: str) -> bool:
+        """Whether any link, of any project, was made on ``domain`` (deleted
+        ones too: their slugs stay taken)."""
+        return bool(self.store.scan(b"slugs", domain.encode() + b"\x00", limit=1))
+
     def domain_owner(self, domain: str) -> str | None:
         with self.store.read() as txn:
             raw = txn.get(domain.encode(), db=self._domains)

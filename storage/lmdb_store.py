@@ -7,7 +7,7 @@ microsecond). Writes are ops handed to the one ``Writer``; see writer.py.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -308,6 +308,11 @@ class LmdbStore:
                                               suspended=suspended)
         return project
 
+    async def set_project_default_domain(self, project_id: str, domain: str) -> Project:
+        project: Project = await self._evolve(b"projects", Project, project_id, "project",
+                                              default_domain=domain)
+        return project
+
     async def create_key(self, key: ApiKey) -> None:
         keys, by_project = self._db[b"keys"], self._db[b"keys_by_project"]
 
@@ -447,6 +452,12 @@ class LmdbStore:
                     if kinds == wanted:
                         break
         return kinds
+
+    def persisted_deadlines(self, deadlines: Iterable[Deadline]) -> set[Deadline]:
+        """Those of ``deadlines`` that are persisted (committed), in one read."""
+        db = self._db[b"deadlines"]
+        with self.read() as txn:
+            return {d for d in deadlines if txn.get(_deadline_key(d), db=db) is not None}
 
     def put_deadline(self, txn: lmdb.Transaction, d: Deadline) -> None:
         """Persist ``d`` inside another op's transaction (same commit as its cause)."""

@@ -9,7 +9,10 @@ field (``installId``, ``events[3].name``) and whose message starts with it
 Decisions where SPEC.md is silent:
 
 - Unknown fields are ignored on the SDK endpoints (``/v1/sdk/...``), so that a
-  newer SDK can add fields without breaking against an older service.
+  newer SDK can add fields without breaking against an older service, except
+  ``POST /v1/sdk/links`` (``svc_engine.link_input``): its fields are the link,
+  so one the service does not know is refused (400 naming it) rather than
+  dropped, which would make a link that does not do what the app asked.
   ``POST /v1/handoffs`` (server, secret key) rejects them, like
   ``PATCH /v1/deferred/settings``: a typo such as ``expiresIn`` must not give
   the silent 7-day default.

@@ -74,10 +74,12 @@ def validate_description(description: object) -> str | None:
 def validate_events(events: object) -> tuple[str, ...]:
     if events is None:
         return SUBSCRIBABLE_EVENTS
-    if isinstance(events, str | bytes) or not isinstance(events, Iterable):
+    if not isinstance(events, list | tuple):
+        # Not any iterable: a JSON object would subscribe to its keys, so
+        # {"click": false} would mean click.
         raise ValidationError("events must be a list of event names", field="events")
     chosen = list(events)
-    unknown = [e for e in chosen if e not in SUBSCRIBABLE_EVENTS]
+    unknown = [e for e in chosen if not isinstance(e, str) or e not in SUBSCRIBABLE_EVENTS]
     if unknown:
         raise ValidationError(
             f"unknown event {unknown[0]!r}; choose from {', '.join(SUBSCRIBABLE_EVENTS)}",

@@ -21,7 +21,9 @@ Decisions where SPEC.md is silent:
   Two holds this view does not know of show the stored time although it
   has passed: a delivery held while its organization's plan lacks webhooks
   (it goes when the plan returns), and one of a slow endpoint's backlog
-  waiting in the store for room in its ready queue (it goes in its turn).
+  waiting in the store for room in its ready queue (it goes in its turn);
+  after a turn on, such a delivery whose time passed while the endpoint was
+  Off shows the turn-on time (it has waited since then).
 """
 
 from __future__ import annotations
@@ -83,9 +85,11 @@ def next_attempt_at_ms(d: Delivery, endpoint: Endpoint | None) -> int | None:
     An Off endpoint's waiting deliveries are held (actors/webhooks.py parks
     them when their time comes and starts nothing), so their stored time
     says nothing: no attempt is made then, nor at any time until someone
-    turns the endpoint on. Turning it on re-arms each at its stored time, so
-    one whose time passed while the endpoint was Off is due from the turn on
-    (``accepting_since_ms``), not from a moment when it was held.
+    turns the endpoint on. Turning it on brings each back at its stored
+    time, so one whose time passed while the endpoint was Off is due from
+    the turn on (``accepting_since_ms``), not from a moment when it was held:
+    it is queued then, or (a backlog past its endpoint's ready queue) waits
+    in the store from then for its turn.
     """
     if d.status not in WAITING:
         return None

@@ -1,11 +1,15 @@
 """``svc bootstrap`` through the real CLI: on a data dir that exists it
 reports the link domains stored for the project, not the ones its own
-invocation's settings (SVC_PUBLIC_URL, --public-url) would give."""
+invocation's settings (SVC_PUBLIC_URL, --public-url) would give. ``svc
+serve`` records the default domain it serves (so ``serve --bootstrap``
+prints it, and a later ``svc bootstrap`` reports it), and warns when links
+were made on the one it replaces."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import uuid
@@ -23,6 +27,8 @@ from storage.links_store import LinksStore
 from storage.lmdb_store import LmdbStore
 from svc_engine.keys import Mode
 from svc_engine.links import Link
+from tests.server_process import ServerProcess
+from web import tenancy
 
 pytestmark = pytest.mark.e2e
 
@@ -120,3 +126,87 @@ def test_custom_domains_and_a_data_dir_bootstrapped_before_the_domain_was_record
         got = report(data, public_url=url)
         assert got["domain"] == "served.example", url
         assert got["customDomains"] == ["links.shop.example"]
+
+
+CHANGED = "the default link domain is now"
+
+
+def serve(factory: type[ServerProcess], data: str, public_url: str, *,
+          bootstrap: bool = True) -> ServerProcess:
+    return factory(data, bootstrap=bootstrap, env={"SVC_PUBLIC_URL": public_url}).start()
+
+
+def test_serve_records_and_prints_the_domain_it_serves(
+        tmp_path: os.PathLike[str], server_factory: type[ServerProcess]) -> None:
+    """A new SVC_PUBLIC_URL: ``serve --bootstrap`` prints the domain served,
+    a later ``svc bootstrap`` reports it, and the log says that the links
+    made on the former domain no longer answer (they do not)."""
+    data = os.path.join(str(tmp_path), "d")
+    first = serve(server_factory, data, "https://go.example.com")
+    assert first.info["created"] is True and first.info["domain"] == "go.example.com"
+    with first.client("sk_live") as c:
+        made = c.post("/v1/links", json={"path": "/p", "slug": "kept"}).json()
+        assert made["url"] == "https://go.example.com/kept"
+        assert c.get("/kept", headers={"host": "go.example.com"}).status_code != 404
+    assert first.stop() == 0 and CHANGED not in first.logs()
+
+    moved = serve(server_factory, data, "https://new.example.com")
+    assert moved.info["created"] is False
+    assert moved.info["projectId"] == first.info["projectId"]
+    assert moved.info["domain"] == "new.example.com"
+    assert (f"{CHANGED} new.example.com (it was go.example.com): links made on "
+            "go.example.com do not answer here") in moved.logs()
+    with moved.client(first.info["keys"]["sk_live"]) as c:  # a secret is printed once
+        assert c.get("/kept", headers={"host": "go.example.com"}).status_code == 404
+        assert c.get(f"/v1/links/{made['id']}").json()["url"] == "https://go.example.com/kept"
+    assert moved.stop() == 0
+    assert report(data)["domain"] == "new.example.com"  # run apart, without SVC_PUBLIC_URL
+
+    again = serve(server_factory, data, "https://new.example.com", bootstrap=False)
+    assert again.stop() == 0 and CHANGED not in again.logs()  # nothing changed this time
+    assert report(data, public_url="https://other.example")["domain"] == "new.example.com"
+
+
+def test_record_served_domain(tmp_path: os.PathLike[str]) -> None:
+    """The warning is owed only when links were made on the former domain
+    (any project's, deleted ones too); a project bootstrapped before the
+    domain was recorded is told by its newest link; no bootstrap, no record."""
+    data = os.path.join(str(tmp_path), "d")
+    rnd = random.Random(7).randbytes
+
+    async def scenario(store: LmdbStore) -> None:
+        assert await tenancy.record_served_domain(store, "https://a.example") is None
+        info = await tenancy.bootstrap(store, "https://a.example", rnd, 1)
+        pid = str(info["projectId"])
+
+        def recorded() -> str | None:
+            project = store.get_project(pid)
+            assert project is not None
+            return project.default_domain
+
+        # the same domain: nothing written; another with no link on the old one: no warning
+        assert await tenancy.record_served_domain(store, "https://a.example/") is None
+        assert await tenancy.record_served_domain(store, "http://b.example:8080") is None
+        assert recorded() == "b.example:8080"
+        project = store.get_project(pid)
+        assert project is not None
+        link = Link(id=str(uuid.uuid4()), project_id=pid, mode=Mode.LIVE,
+                    domain="b.example:8080", slug="s1", path="/p", created_at_ms=2,
+                    updated_at_ms=2)
+        await LinksStore(store).create(link, org_id=project.org_id, quota=None, idem=None)
+        assert await tenancy.record_served_domain(store, "https://c.example") == "b.example:8080"
+        assert recorded() == "c.example"
+        assert (await tenancy.bootstrap(store, "https://x.example", rnd, 3))["domain"] == \
+            "c.example"
+
+        # bootstrapped before the domain was recorded: its newest link tells the former one
+        legacy = attrs.evolve(project, default_domain=None)
+
+        def put(txn: lmdb.Transaction) -> None:
+            txn.put(layout.uid(pid), encode(legacy), db=store.db(b"projects"))
+
+        await store.write(put)
+        assert await tenancy.record_served_domain(store, "https://c.example") == "b.example:8080"
+        assert recorded() == "c.example"
+
+    with_store(data, scenario)

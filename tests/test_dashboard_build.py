@@ -13,12 +13,15 @@ from typing import Any
 import attrs
 import pytest
 
+from actors.clock import TrioWallClock
+from storage.lmdb_store import LmdbStore
+from svc_engine.config import Config
 from svc_engine.keys import Mode
 from svc_engine.links import Link, new_link, parse_link_create
 from svc_engine.platforms import Platforms
 from svc_engine.records import Role
 from svc_engine.settings import DeferredSettings
-from tests.conftest import App
+from tests.conftest import App, running_app
 from tests.dashboard_support import add_user, owner, signed_in
 from tests.deferred_helpers import (
     ANDROID_UA,
@@ -175,6 +178,26 @@ async def test_unattributed_install_shows_every_flow_and_the_window(app: App) ->
     r = await m.get(f"/dashboard/build/debugger?install={live_install}")
     assert "That install is in live mode; switch to Live to see it." in text(r.text)
     await m.aclose()
+
+
+@pytest.mark.parametrize(("country_header", "on", "flagged"), [
+    ("CF-IPCountry", True, False), (None, False, False), (None, True, True)])
+async def test_probabilistic_matching_without_a_country_source_is_flagged(
+        store: LmdbStore, config: Config, country_header: str | None, on: bool,
+        flagged: bool) -> None:
+    """Cohort matching needs each tap's country: with probabilistic matching on
+    and neither SVC_COUNTRY_HEADER nor SVC_GEOIP_DB, the debugger says only
+    network matching can attribute iOS installs (and not otherwise)."""
+    cfg = attrs.evolve(config, country_header=country_header)
+    async with running_app(store, cfg, TrioWallClock()) as app:
+        await setup(app, probabilisticMatching=on)
+        m = await signed_in(app, owner(app))
+        page = (await m.get("/dashboard/build/debugger")).text
+        await m.aclose()
+    assert ('id="no-country-source"' in page) is flagged
+    if flagged:
+        assert "No country source. Cohort matching needs each tap's country" in text(page)
+        assert "only network matching (off) can attribute iOS installs" in text(page)
 
 
 # -- debugger: simulate a tap ---------------------------------------------------------------

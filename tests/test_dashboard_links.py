@@ -8,6 +8,7 @@ import io
 import logging
 import re
 import uuid
+from html.parser import HTMLParser
 from typing import Any
 
 import attrs
@@ -35,7 +36,10 @@ from tests.deferred_helpers import (
     new_install,
     referrer_from_location,
 )
+from web.dashboard import views_links
 from web.dashboard.link_form import (
+    EMPTY_PARAM_ROWS,
+    PARAM_TYPES,
     LinkForm,
     ParamRow,
     create_body,
@@ -248,6 +252,62 @@ async def test_a_parameter_type_the_form_does_not_offer_is_a_field_error(app: Ap
     assert edit.status_code == 400 and 'id="f-params-error"' in edit.text
     assert "(&#39;&lt;script&gt;&#39;)" in edit.text and "('<script>')" not in edit.text
     assert (await api_get(app, ln["id"]))[1]["params"] == {"k": "v"}
+    await m.aclose()
+
+
+class TypeSelects(HTMLParser):
+    """The ``(value, label, selected)`` options of each parameter row's type select."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__()
+        self.selects: list[list[tuple[str, str, bool]]] = []
+        self._in: str | None = None  # "select" inside a param_type select, "option" in its option
+        self.feed(source)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "select" and a.get("name") == "param_type":
+            self.selects.append([])
+            self._in = "select"
+        elif tag == "option" and self._in is not None:
+            self.selects[-1].append((a.get("value") or "", "", "selected" in a))
+            self._in = "option"
+
+    def handle_data(self, data: str) -> None:
+        if self._in == "option":
+            value, label, selected = self.selects[-1][-1]
+            self.selects[-1][-1] = (value, label + data, selected)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "option" and self._in == "option":
+            self._in = "select"
+        elif tag == "select":
+            self._in = None
+
+
+async def test_every_parameter_type_is_an_option_of_each_row(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows' type selects offer PARAM_TYPES, in order with their labels,
+    a row's own type selected; the template takes them from the code (a type
+    added there is offered without touching the template)."""
+    m = await signed_in(app, owner(app))
+    offered = list(PARAM_TYPES.items())
+    assert [value for value, _ in offered] == ["text", "number", "true", "false"]
+    blank = TypeSelects((await m.get("/dashboard/links/new")).text).selects
+    assert len(blank) == EMPTY_PARAM_ROWS
+    for options in blank:
+        assert [(v, label) for v, label, _ in options] == offered
+        assert [v for v, _, chosen in options if chosen] == ["text"]
+    ln = await api_link(app, params={"a": "x", "b": 2, "c": True, "d": False})
+    edit = TypeSelects((await m.get(f"/dashboard/links/{ln['id']}/edit")).text).selects
+    assert [[v for v, _, chosen in options if chosen] for options in edit[:4]] == [
+        ["text"], ["number"], ["true"], ["false"]]
+    assert all([(v, label) for v, label, _ in options] == offered for options in edit)
+
+    monkeypatch.setattr(views_links, "PARAM_TYPES", {**PARAM_TYPES, "list": "List"})
+    extended = TypeSelects((await m.get("/dashboard/links/new")).text).selects
+    assert all(options[-1][:2] == ("list", "List") for options in extended), extended
     await m.aclose()
 
 

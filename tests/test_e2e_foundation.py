@@ -142,6 +142,61 @@ def test_cli_keys_plan_project_backup(tmp_path: os.PathLike[str]) -> None:
     assert len(copied) == 4
 
 
+def test_cli_suspends_and_resumes_a_project_while_it_serves(
+        server_factory: type[ServerProcess]) -> None:
+    """The running service sees it at once: every key of the project is 403
+    ``project_suspended`` (SPEC's error codes tied to keys) until resumed;
+    its links go on redirecting."""
+    srv = server_factory().start()
+    pid = srv.info["projectId"]
+    with srv.client("sk_test") as c:
+        link = c.post("/v1/links", json={"path": "/p", "webFallbackUrl": "https://example.com/w"})
+        assert link.status_code == 201, link.text
+    slug_path = "/" + link.json()["url"].rsplit("/", 1)[1]
+    said = _cli(srv.data_dir, "project", "suspend", pid)
+    assert said.returncode == 0, said.stderr
+    assert json.loads(said.stdout) == {"projectId": pid, "suspended": True}
+    for key, method, path in (("sk_live", "GET", "/v1/links"),
+                              ("pk_test", "POST", "/v1/sdk/links")):
+        with srv.client(key) as c:
+            r = c.request(method, path, json={} if method == "POST" else None)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "project_suspended", r.text
+    desktop = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/130.0 Safari/537.36"
+    with srv.client(**{"user-agent": desktop}) as c:
+        tap = c.get(slug_path)
+    assert tap.status_code == 302 and tap.headers["location"] == "https://example.com/w"
+    said = _cli(srv.data_dir, "project", "resume", pid)
+    assert json.loads(said.stdout) == {"projectId": pid, "suspended": False}
+    with srv.client("sk_live") as c:
+        assert c.get("/v1/links").status_code == 200
+    nobody = "00000000-0000-4000-8000-000000000000"
+    refused = _cli(srv.data_dir, "project", "suspend", nobody)
+    assert refused.returncode == 2 and f"svc: not_found: no project {nobody}" in refused.stderr
+
+
+def test_start_warns_when_probabilistic_matching_has_no_country_source(
+        server_factory: type[ServerProcess]) -> None:
+    """Cohort matching needs each tap's country: a start without
+    SVC_COUNTRY_HEADER or SVC_GEOIP_DB names the projects that have
+    probabilistic matching on; with a source, or with it off, nothing."""
+    quiet = {"SVC_COUNTRY_HEADER": "", "SVC_GEOIP_DB": ""}
+    srv = server_factory(env=quiet).start()
+    pid = srv.info["projectId"]
+    with srv.client("sk_test") as c:
+        r = c.patch("/v1/deferred/settings", json={"probabilisticMatching": True})
+        assert r.status_code == 200, r.text
+    srv.stop()
+    assert "no country source" not in srv.logs()  # it was off at this start
+    again = server_factory(srv.data_dir, bootstrap=False, env=quiet).start()
+    again.stop()
+    said = [ln for ln in again.logs().splitlines() if "no country source" in ln]
+    assert len(said) == 1 and f"for 1 project(s) ({pid})" in said[0], said
+    sourced = server_factory(srv.data_dir, bootstrap=False,
+                             env={"SVC_COUNTRY_HEADER": "CF-IPCountry"}).start()
+    sourced.stop()
+    assert "no country source" not in sourced.logs()
+
+
 def test_refused_commands_say_why_in_one_line_and_change_nothing(
         tmp_path: os.PathLike[str]) -> None:
     """Exit 2 and ``svc: <code>: <message>`` (argparse's usage error for an ID

@@ -4,7 +4,8 @@ its ready queue; the rest stay Queued in the store (without their deadline)
 and are read back, oldest first, as the queue runs down. Once the receiver
 answers, every delivery is delivered exactly once, with no attempt of one
 delivery running twice at once; across a restart and an Off/On the backlog
-is not lost; a manual send still goes first.
+is not lost (and neither a restart nor a turn on costs a deadline written
+or fired for what it leaves in the store); a manual send still goes first.
 
 The real LMDB in a temp dir, the real actor and timer under trio's autojump
 clock, and a fake sender (the ``Attempter``) that hangs like an endpoint that
@@ -34,12 +35,16 @@ from actors.webhooks import WebhookActor
 from storage.lmdb_store import LmdbStore
 from storage.webhooks_store import ATTEMPT_DEADLINE, attempt_deadline
 from svc_engine import webhook_delivery as wd
+from svc_engine.deadlines import Deadline
 from svc_engine.keys import Mode
 from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.plans import Plan
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
 from svc_engine.webhook_endpoint import validate_endpoint
+from svc_engine.webhook_envelope import iso_utc_ms
+from svc_engine.webhook_records import Endpoint
 from svc_engine.webhook_retry import TIMEOUT
+from svc_engine.webhook_views import delivery_summary_json, next_attempt_at_ms
 from web import tenancy
 
 BASE = 1_790_000_000_000
@@ -309,6 +314,127 @@ async def test_a_restart_with_a_backlog_in_the_store_delivers_it_all(
         assert peak[endpoint_id] <= READY_PER_ENDPOINT
 
 
+@attrs.define
+class DeadlineWork:
+    """Attempt deadlines written, removed and fired (``deadline_work``)."""
+
+    armed: int = 0
+    removed: int = 0
+    fired: int = 0
+
+    def reset(self) -> None:
+        self.armed = self.removed = self.fired = 0
+
+
+@pytest.fixture
+def deadline_work(monkeypatch: pytest.MonkeyPatch) -> DeadlineWork:
+    """Counts every attempt deadline written to or removed from the store (in
+    any transaction), and every one the timer fires (``reset`` starts over)."""
+    work = DeadlineWork()
+    put, delete = LmdbStore.put_deadline, LmdbStore.delete_deadline
+    fire = WebhookActor._on_attempt_deadline
+
+    def counted_put(self: LmdbStore, txn: lmdb.Transaction, d: Deadline) -> None:
+        work.armed += d.kind == ATTEMPT_DEADLINE
+        put(self, txn, d)
+
+    def counted_delete(self: LmdbStore, txn: lmdb.Transaction, d: Deadline) -> None:
+        work.removed += d.kind == ATTEMPT_DEADLINE
+        delete(self, txn, d)
+
+    def counted_fire(self: WebhookActor, d: Deadline) -> None:
+        work.fired += 1
+        fire(self, d)
+
+    monkeypatch.setattr(LmdbStore, "put_deadline", counted_put)
+    monkeypatch.setattr(LmdbStore, "delete_deadline", counted_delete)
+    monkeypatch.setattr(WebhookActor, "_on_attempt_deadline", counted_fire)
+    return work
+
+
+def _first_attempts_since(receiver: HungEndpoint, since: int) -> list[str]:
+    """Deliveries first attempted from attempt number ``since`` on, in that order."""
+    seen = {job.delivery_id for job in receiver.attempts[:since]}
+    out = []
+    for job in receiver.attempts[since:]:
+        if job.delivery_id not in seen:
+            seen.add(job.delivery_id)
+            out.append(job.delivery_id)
+    return out
+
+
+async def test_a_restart_costs_no_deadline_work_for_the_backlog_left_in_the_store(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        peak: dict[str, int], deadline_work: DeadlineWork) -> None:
+    """A backlog ten times the cap: the restart queues the oldest due
+    deliveries up to the cap and leaves the rest in the store, overflowed,
+    writing no deadline for them and firing none (not one deadline per
+    waiting delivery, written, fired, and removed again by the cap). Then
+    every delivery goes once, oldest first."""
+    count = 10 * READY_PER_ENDPOINT
+    clock = TrioWallClock(BASE)
+    receiver = HungEndpoint(clock)
+    async with running(store, clock, receiver) as actor:
+        project_id, endpoint_id = await _world(store, actor, clock)
+        await _events(store, actor, clock, project_id, per_second=count // 20, seconds=20)
+        await trio.sleep(LIMIT_S / 2)  # between two rounds of attempts
+        assert actor.statistics().deliveries_created == count
+    # Stopped: 8 attempts cut off, the cap's worth ready; the rest in the store.
+    armed_at_stop = _deadlines(store)
+    assert len(armed_at_stop) <= READY_PER_ENDPOINT + 4 * PER_ENDPOINT
+    await trio.sleep(2 * 60)  # down for two minutes: the first retries come due
+    work = deadline_work
+    work.reset()
+    attempted = len(receiver.attempts)
+    async with running(store, clock, receiver) as again:
+        await trio.sleep(LIMIT_S / 2)  # no attempt has ended yet
+        # Nothing armed; only deadlines the stop left behind fired or went.
+        assert work.armed == 0
+        assert work.fired <= len(armed_at_stop)
+        assert work.removed <= len(armed_at_stop)
+        assert _deadlines(store) <= armed_at_stop
+        stats = again.statistics()
+        assert stats.endpoints_overflowed == 1 and stats.in_flight == PER_ENDPOINT
+        assert stats.ready <= READY_PER_ENDPOINT
+        receiver.hung = False
+        stored = await _all_delivered(again, receiver, project_id, count)
+    assert peak[endpoint_id] <= READY_PER_ENDPOINT
+    # Oldest first: the deliveries first attempted after the restart went in
+    # the store's order, but for the order in which the 8 senders took them.
+    rank = {d.id: n for n, d in enumerate(stored)}
+    firsts = [rank[i] for i in _first_attempts_since(receiver, attempted)]
+    assert len(firsts) == count - len({job.delivery_id for job in receiver.attempts[:attempted]})
+    assert _in_order_but_for(firsts, PER_ENDPOINT)
+
+
+async def test_a_restart_below_growth_keeps_the_backlog_in_the_store(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        peak: dict[str, int]) -> None:
+    """The plan lapsed while the service was down: the restart parks at most
+    what had a deadline (not the whole backlog, in memory), sends nothing;
+    when the plan returns, the backlog is read back and delivered."""
+    async with hung_backlog(store) as b:
+        actor, receiver, clock = b.actor, b.receiver, b.clock
+        project_id, endpoint_id, count = b.project_id, b.endpoint_id, b.count
+        assert actor.statistics().endpoints_overflowed == 1
+    armed_at_stop = _deadlines(store)
+    project = store.get_project(project_id)
+    assert project is not None
+    await store.set_plan(project.org_id, Plan.STARTER)
+    attempted = len(receiver.attempts)
+    receiver.hung = False
+    async with running(store, clock, receiver) as again:
+        await trio.sleep(3 * 3600)
+        assert len(receiver.attempts) == attempted  # nothing sent below Growth
+        stats = again.statistics()
+        assert stats.parked_by_plan <= len(armed_at_stop) < READY_PER_ENDPOINT + 4 * PER_ENDPOINT
+        assert stats.ready == 0 and stats.endpoints_overflowed == 1
+        await store.set_plan(project.org_id, Plan.GROWTH)
+        await again.tick()
+        await _all_delivered(again, receiver, project_id, count)
+        assert peak[endpoint_id] <= READY_PER_ENDPOINT
+
+
 async def test_off_then_on_delivers_the_backlog(
         backlog: Backlog, autojump_clock: trio.testing.MockClock,
         peak: dict[str, int]) -> None:
@@ -324,6 +450,100 @@ async def test_off_then_on_delivers_the_backlog(
     await webhook_admin.set_enabled(actor, project_id, Mode.TEST, endpoint_id, True, None)
     await _all_delivered(actor, receiver, project_id, count)
     assert peak[endpoint_id] <= READY_PER_ENDPOINT
+
+
+async def _switch(actor: WebhookActor, project_id: str, endpoint_id: str, *,
+                  on: bool) -> Endpoint:
+    return await webhook_admin.set_enabled(actor, project_id, Mode.TEST, endpoint_id, on, None)
+
+
+async def test_turning_on_costs_no_deadline_work_for_the_backlog_left_in_the_store(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        peak: dict[str, int], deadline_work: DeadlineWork) -> None:
+    """A backlog ten times the cap waits while its endpoint is Off. Turning
+    it on queues the oldest due deliveries up to the cap and leaves the rest
+    in the store, overflowed, writing no deadline for them and firing none
+    (not one deadline per waiting delivery, written, fired, and removed again
+    by the cap). Those left show the turn-on time as their next attempt; then
+    every delivery goes once, oldest first."""
+    count = 10 * READY_PER_ENDPOINT
+    clock = TrioWallClock(BASE)
+    receiver = HungEndpoint(clock)
+    async with running(store, clock, receiver) as actor:
+        project_id, endpoint_id = await _world(store, actor, clock)
+        await _events(store, actor, clock, project_id, per_second=count // 20, seconds=20)
+        await trio.sleep(LIMIT_S / 2)  # between two rounds of attempts
+        assert actor.statistics().deliveries_created == count
+        await _switch(actor, project_id, endpoint_id, on=False)
+        await trio.sleep(3600)  # the cut-off attempts time out; retries due meanwhile park
+        assert actor.statistics().in_flight == 0
+        # What the turn off left armed: the ready queue it dropped, retries not due yet.
+        armed_while_off = _deadlines(store)
+        assert len(armed_while_off) <= READY_PER_ENDPOINT + 4 * PER_ENDPOINT
+        work = deadline_work
+        work.reset()
+        attempted = len(receiver.attempts)
+        endpoint = await _switch(actor, project_id, endpoint_id, on=True)
+        turned_on = endpoint.accepting_since_ms
+        await trio.sleep(LIMIT_S / 2)  # no attempt has ended yet
+        # Nothing armed; only deadlines the turn off left behind fired or went.
+        assert work.armed == 0
+        assert work.fired <= len(armed_while_off)
+        assert work.removed <= len(armed_while_off)
+        assert _deadlines(store) <= armed_while_off
+        stats = actor.statistics()
+        assert stats.endpoints_overflowed == 1 and stats.in_flight == PER_ENDPOINT
+        assert stats.ready <= READY_PER_ENDPOINT
+        # Left in the store (not held by the actor, no deadline): due from
+        # the turn on, as the API and the dashboard show it.
+        stored, busy = await _open_and_busy(actor)
+        armed = _deadlines(store)
+        left = [d for d in stored if d.id not in busy and d.id not in armed]
+        assert len(left) >= count - READY_PER_ENDPOINT - len(armed_while_off) - PER_ENDPOINT
+        for d in left:
+            assert d.next_attempt_at_ms is not None and d.next_attempt_at_ms < turned_on
+            assert next_attempt_at_ms(d, endpoint) == turned_on
+            assert delivery_summary_json(d, endpoint)["nextAttemptAt"] == iso_utc_ms(turned_on)
+        receiver.hung = False
+        stored = await _all_delivered(actor, receiver, project_id, count)
+    assert peak[endpoint_id] <= READY_PER_ENDPOINT
+    # Oldest first: the deliveries first attempted after the turn on went in
+    # the store's order, but for the order in which the 8 senders took them.
+    rank = {d.id: n for n, d in enumerate(stored)}
+    firsts = [rank[i] for i in _first_attempts_since(receiver, attempted)]
+    assert len(firsts) == count - len({job.delivery_id for job in receiver.attempts[:attempted]})
+    assert _in_order_but_for(firsts, PER_ENDPOINT)
+
+
+async def test_turning_on_below_growth_keeps_the_backlog_in_the_store(
+        store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock,
+        peak: dict[str, int], deadline_work: DeadlineWork) -> None:
+    """The plan lapsed while the endpoint was Off: turning it on parks at
+    most what had a deadline (not the whole backlog, in memory), arms
+    nothing, sends nothing; when the plan returns, the backlog is read back
+    and delivered."""
+    b = backlog
+    actor, receiver = b.actor, b.receiver
+    await _switch(actor, b.project_id, b.endpoint_id, on=False)
+    await trio.sleep(3600)
+    project = store.get_project(b.project_id)
+    assert project is not None
+    await store.set_plan(project.org_id, Plan.STARTER)
+    armed_while_off = _deadlines(store)
+    deadline_work.reset()
+    attempted = len(receiver.attempts)
+    receiver.hung = False
+    await _switch(actor, b.project_id, b.endpoint_id, on=True)
+    await trio.sleep(3 * 3600)
+    assert len(receiver.attempts) == attempted  # nothing sent below Growth
+    assert deadline_work.armed == 0
+    stats = actor.statistics()
+    assert stats.parked_by_plan <= len(armed_while_off) < READY_PER_ENDPOINT + 4 * PER_ENDPOINT
+    assert stats.ready == 0 and stats.endpoints_overflowed == 1
+    await store.set_plan(project.org_id, Plan.GROWTH)
+    await actor.tick()
+    await _all_delivered(actor, receiver, b.project_id, b.count)
+    assert peak[b.endpoint_id] <= READY_PER_ENDPOINT
 
 
 async def test_a_manual_send_to_a_full_endpoint_goes_first(
@@ -403,6 +623,16 @@ def test_dropping_an_endpoint_forgets_its_overflow() -> None:
     assert q.add(_d(5))
 
 
+def test_a_delivery_left_in_the_store_overflows_its_endpoint_without_being_queued() -> None:
+    q = SendQueue(senders=1, per_endpoint=1, ready_cap=4)
+    q.leave(attrs.evolve(_d(30), next_attempt_at_ms=5_000))
+    q.leave(_d(20))
+    assert q.ready_of("a") == 0 and not q.is_busy("d0020") and q.overflow_from("a") == "d0020"
+    assert q.due_by("a", 1_000) == 5_000  # due when left: read back as due
+    assert not q.add(_d(40))  # newer waits behind it
+    assert q.add(_d(10)) and q.refills_due() == ["a"]
+
+
 async def test_a_plan_lapse_keeps_the_backlog_in_the_store(
         store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock,
         peak: dict[str, int]) -> None:
@@ -451,4 +681,41 @@ async def test_a_wall_clock_stepped_back_strands_no_delivery(
         count = await _hung_backlog(store, actor, clock, project_id)
         clock.offset = -120_000  # two minutes back
         receiver.hung = False
+        await _all_delivered(actor, receiver, project_id, count)
+
+
+async def test_a_restart_after_the_wall_clock_stepped_back_strands_no_delivery(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    """Deliveries left in the store (no deadline) were due; after a restart
+    with the clock two minutes back some are not due any more: they get a
+    deadline again, and every delivery still goes once."""
+    clock = _SteppingClock(BASE)
+    receiver = HungEndpoint(clock)
+    async with running(store, clock, receiver) as actor:
+        project_id, _ = await _world(store, actor, clock)
+        count = await _hung_backlog(store, actor, clock, project_id)
+    clock.offset = -120_000
+    receiver.hung = False
+    async with running(store, clock, receiver) as again:
+        await _all_delivered(again, receiver, project_id, count)
+
+
+async def test_a_turn_on_after_the_wall_clock_stepped_back_strands_no_delivery(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    """Deliveries left in the store (no deadline) were due; turned on after
+    the clock stepped back 20 s, the newer half of the backlog is not due
+    any more: those get a deadline again, written and handed to the timer,
+    the rest go through the cap; every delivery still goes once."""
+    clock = _SteppingClock(BASE)
+    receiver = HungEndpoint(clock)
+    async with running(store, clock, receiver) as actor:
+        project_id, endpoint_id = await _world(store, actor, clock)
+        count = await _hung_backlog(store, actor, clock, project_id)
+        await _switch(actor, project_id, endpoint_id, on=False)
+        clock.offset = -20_000
+        receiver.hung = False
+        await _switch(actor, project_id, endpoint_id, on=True)
+        stored, _ = await _open_and_busy(actor)
+        now = clock.now_ms()
+        assert sum(1 for d in stored if not wd.is_due(d, now)) > READY_PER_ENDPOINT
         await _all_delivered(actor, receiver, project_id, count)

@@ -108,7 +108,9 @@ def test_events(given_: object, stored: tuple[str, ...]) -> None:
     assert we.validate_events(given_) == stored
 
 
-@pytest.mark.parametrize("bad", [[], (), ["test"], ["click", "purchase"], ["Click"], "click", 3])
+@pytest.mark.parametrize("bad", [[], (), ["test"], ["click", "purchase"], ["Click"], "click", 3,
+                                 {"click": False}, {"click": True}, {"click"}, [["click"]],
+                                 [None]])
 def test_invalid_events(bad: object) -> None:
     with pytest.raises(ValidationError) as info:
         we.validate_events(bad)

@@ -324,7 +324,7 @@ async def test_retries_survive_a_restart(store: LmdbStore, wconfig: Config,
                                          ca: tuple[trustme.CA, str],
                                          autojump_clock: trio.testing.MockClock,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    # Five deliveries; the restart re-arms them two per write (RECOVER_PAGE).
+    # Five deliveries; the restart reads them two per page (RECOVER_PAGE).
     monkeypatch.setattr("actors.webhooks.RECOVER_PAGE", 2)
     clock = TrioWallClock()
     async with running_receiver(ca[0], clock) as receiver:

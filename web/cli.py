@@ -7,6 +7,7 @@
     svc keys list --project ID
     svc keys revoke --project ID KEY_ID
     svc project create --org ID --name NAME
+    svc project suspend|resume PROJECT
     svc plan set ORG PLAN
     svc user create --email E [--password P] [--org ID --role ROLE]
     svc backup DEST [--data DIR]
@@ -163,6 +164,12 @@ def cmd_project(args: argparse.Namespace) -> None:
     cfg = _config(args)
 
     async def go(store: LmdbStore) -> object:
+        if args.project_cmd in ("suspend", "resume"):
+            # Its API keys get 403 project_suspended at once (every request
+            # reads the project); links still redirect (README "Projects").
+            project = await store.set_project_suspended(args.project,
+                                                        args.project_cmd == "suspend")
+            return {"projectId": project.id, "suspended": project.suspended}
         project, keys = await tenancy.create_project(store, args.org, args.name, system_random,
                                                      _now())
         return {"projectId": project.id, "keys": keys}
@@ -290,6 +297,11 @@ def parser() -> argparse.ArgumentParser:
     _add_data(pc)
     pc.add_argument("--org", required=True, type=_uuid_arg)
     pc.add_argument("--name", required=True)
+    for verb, words in (("suspend", "refuse the project's API keys (403 project_suspended)"),
+                        ("resume", "accept them again")):
+        pv = psub.add_parser(verb, help=words)
+        _add_data(pv)
+        pv.add_argument("project", type=_uuid_arg)
     pr.set_defaults(fn=cmd_project)
 
     pl = sub.add_parser("plan", help="organization plans")

@@ -127,6 +127,20 @@ async def _serve_with_store(config: Config, store: LmdbStore, clock: Clock, boot
                             on_ready: Callable[[list[str]], Awaitable[None] | None] | None
                             ) -> None:
     secret = await store.put_meta_once("server_secret", system_random(32))
+    served = tenancy.domain_of(config.base_url)
+    before = await tenancy.record_served_domain(store, config.base_url)
+    if before is not None:
+        log.warning("the default link domain is now %s (it was %s): links made on %s do "
+                    "not answer here; to serve them, start with a public URL on %s "
+                    "(SVC_PUBLIC_URL or --public-url)", served, before, before, before)
+    if not (config.country_header or config.geoip_db):
+        blind = tenancy.projects_with_probabilistic_matching(store)
+        if blind:
+            log.warning("probabilistic matching is on for %d project(s) (%s) but no country "
+                        "source is set (SVC_COUNTRY_HEADER or SVC_GEOIP_DB): cohort matching "
+                        "needs each tap's country, so only network matching "
+                        "(probabilisticIpMatching) can attribute their iOS installs",
+                        len(blind), ", ".join(blind[:5]) + (", ..." if len(blind) > 5 else ""))
     if bootstrap:
         info = await tenancy.bootstrap(store, config.base_url, system_random, clock.now_ms())
         print(json.dumps(info, indent=2), flush=True)

@@ -66,7 +66,8 @@ async def create_project(store: LmdbStore, org_id: str, name: str, random: Rando
                          ) -> tuple[Project, dict[str, str]]:
     """A project with its four keys (publishable and secret, test and live).
     ``default_domain``: the default link domain to record with it (bootstrap
-    records the one it was made for, so a later report need not guess)."""
+    records the one it was made for, and ``svc serve`` the one it serves:
+    :func:`record_served_domain`, so a later report need not guess)."""
     org = store.get_org(org_id)
     if org is None:
         raise NotFound(f"no organization {org_id}")
@@ -143,8 +144,9 @@ async def bootstrap(store: LmdbStore, public_url: str, random: Random,
 
     ``public_url`` is used only to create: its host is the default link
     domain recorded with the new project. A report of an existing data dir
-    tells what is stored (:func:`link_domains`), whatever the ``public_url``
-    of this invocation (``svc bootstrap`` run without the service's
+    tells what is stored (:func:`link_domains`: the domain ``svc serve`` last
+    served, which it records at start), whatever the ``public_url`` of this
+    invocation (``svc bootstrap`` run without the service's
     ``SVC_PUBLIC_URL`` reported ``127.0.0.1:8080``)."""
     existing = store.meta("bootstrap")
     if existing is not None:
@@ -180,7 +182,8 @@ def link_domains(store: LmdbStore, project_id: str) -> tuple[str | None, list[st
     """The project's link domains as stored: its default domain and its
     custom domains.
 
-    The default domain is the one recorded with the project at bootstrap.
+    The default domain is the one recorded with the project: at bootstrap,
+    then by each ``svc serve`` that serves another (:func:`record_served_domain`).
     A project bootstrapped before that was recorded has its newest link on
     a domain that is not one of its custom domains tell it (links are made
     on the serving default domain unless they name a custom one); None when
@@ -195,3 +198,36 @@ def link_domains(store: LmdbStore, project_id: str) -> tuple[str | None, list[st
               if link.domain not in custom]
     found = max(newest, key=lambda link: link.created_at_ms, default=None)
     return (found.domain if found is not None else None), custom
+
+
+async def record_served_domain(store: LmdbStore, public_url: str) -> str | None:
+    """Record with the bootstrap project the default link domain the service
+    serves (``public_url``'s host), at start: ``svc serve --bootstrap``
+    prints it, and ``svc bootstrap`` run apart from the service reports the
+    domain the service makes links on, not one it served before.
+
+    Returns the domain the project had before (as :func:`link_domains` tells
+    it) when it is another one and links were made on it: those links keep
+    their short URLs, which no longer answer (the redirector looks a slug up
+    on the default domain or a custom one). None otherwise, and on a data
+    dir without a bootstrap project."""
+    existing = store.meta("bootstrap")
+    if existing is None:
+        return None
+    project_id = cbor2.loads(existing)["project_id"]
+    project = store.get_project(project_id)
+    served = domain_of(public_url)
+    if project is None or project.default_domain == served:
+        return None
+    before, _ = link_domains(store, project_id)
+    await store.set_project_default_domain(project_id, served)
+    if before is None or before == served or not LinksStore(store).any_on(before):
+        return None
+    return before
+
+
+def projects_with_probabilistic_matching(store: LmdbStore) -> list[str]:
+    """The IDs of the projects with ``probabilisticMatching`` on (either mode:
+    the settings are shared), for the start's check of a country source."""
+    return [p.id for org in store.all_orgs() for p in store.list_projects(org.id)
+            if store.get_settings(p.id).probabilistic_matching]

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -33,8 +35,10 @@ from web.dashboard.formats import utc
 
 EMPTY_PARAM_ROWS = 3
 MAX_PARAM_ROWS = 50
-PARAM_TYPES = ("text", "number", "true", "false")
-"""The types a parameter row offers (the values of its ``<select>``)."""
+PARAM_TYPES: Mapping[str, str] = MappingProxyType(
+    {"text": "Text", "number": "Number", "true": "true", "false": "false"})
+"""The types a parameter row offers: the values of its ``<select>``, in its
+order, each with the label its option shows (the template reads them here)."""
 
 TEXT_FIELDS = ("path", "title", "campaign", "channel", "iosFallbackUrl", "androidFallbackUrl",
                "webFallbackUrl", "ogTitle", "ogDescription", "ogImageUrl")
@@ -46,6 +50,8 @@ LABELS = {
     "ogTitle": "Preview title", "ogDescription": "Preview description",
     "ogImageUrl": "Preview image URL",
 }
+_LABELS_OF_TYPES = tuple(PARAM_TYPES.values())
+_PARAM_CHOICES = f"{', '.join(_LABELS_OF_TYPES[:-1])} or {_LABELS_OF_TYPES[-1]}"
 _INT = re.compile(r"[+-]?\d+")
 _FIELD_WORD = re.compile(r"^(params\.\S+|[A-Za-z]+)\b")
 
@@ -53,7 +59,7 @@ _FIELD_WORD = re.compile(r"^(params\.\S+|[A-Za-z]+)\b")
 @attrs.frozen
 class ParamRow:
     key: str = ""
-    type: str = "text"  # text, number, true, false
+    type: str = "text"  # one of PARAM_TYPES
     value: str = ""
 
 
@@ -190,7 +196,7 @@ def _param_value(row: ParamRow) -> ParamValue:
     if row.type not in PARAM_TYPES:  # not from this form's <select>: never guess
         raise ValidationError(
             f"the parameter {row.key!r} has a type this form does not offer "
-            f"({row.type[:40]!r}): choose Text, Number, true or false", field="params")
+            f"({row.type[:40]!r}): choose {_PARAM_CHOICES}", field="params")
     if row.type == "true":
         return True
     if row.type == "false":

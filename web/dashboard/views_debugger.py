@@ -96,7 +96,10 @@ def register(dash: Dashboard) -> None:
                                "default_ios": DEFAULT_IOS,
                                "flow_names": FLOW_NAMES, "outcome_badges": OUTCOME_BADGES,
                                "outcome_names": OUTCOME_NAMES, "recent": [],
-                               "public_url": services.config.base_url, **extra}
+                               "public_url": services.config.base_url,
+                               "country_source": bool(services.config.country_header
+                                                      or services.config.geoip_db),
+                               **extra}
         project = viewer.project
         if project is not None:
             ctx["settings"] = dash.store.get_settings(project.id)

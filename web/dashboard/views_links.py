@@ -45,6 +45,7 @@ from web.dashboard.context import Dashboard, Viewer, see_other
 from web.dashboard.link_form import (
     EMPTY_PARAM_ROWS,
     LABELS,
+    PARAM_TYPES,
     LinkForm,
     create_body,
     from_form,
@@ -146,7 +147,8 @@ def register(dash: Dashboard) -> None:
         return await dash.render(
             "link_form.html", viewer, status=status, form=form, link=link, error=summary,
             error_field=error_field, field_message=error, rows=form.rows(extra_rows), labels=LABELS,
-            domains=domains(viewer), used=used, limit=limit, public_url=public_url())
+            param_types=PARAM_TYPES, domains=domains(viewer), used=used, limit=limit,
+            public_url=public_url())
 
     @dash.page("/dashboard/links/new", Action.LINKS_MANAGE, endpoint="new_link")
     async def new_link_page(viewer: Viewer) -> ResponseReturnValue:
