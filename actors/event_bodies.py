@@ -10,6 +10,13 @@ A body is kept as a copy of its own size: ``orjson.dumps`` (3.13) returns
 bytes whose allocation is at least 4 KiB whatever their length, so keeping
 its output would hold about ten times the bound for the usual ~500-byte
 event (a soak run measured ~200 MiB held against the 16 MiB counted).
+
+The bound counts what an entry holds, not only its body: ``ENTRY_BYTES`` for
+its dict slot, its key and the body's object header. Keys are event ids alone
+(random, made by the service: no two events share one), not tuples that
+would keep each event's project and mode strings alive too: a soak run under
+tracemalloc found such keys holding ~370 bytes an entry beside a ~480-byte
+body, so the cache filled to about twice its bound.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 MAX_BYTES = 16 << 20
+ENTRY_BYTES = 160
+"""What an entry holds beside its body's length: a dict slot (~40 bytes),
+an event id string (85) and the bytes object's header (33)."""
 
 
 class RecentBodies:
@@ -33,9 +43,9 @@ class RecentBodies:
         if key in self._bodies:
             return
         self._bodies[key] = body = bytes(memoryview(body))  # right-sized (docstring)
-        self._bytes += len(body)
+        self._bytes += len(body) + ENTRY_BYTES
         while self._bytes > self._max_bytes:
-            self._bytes -= len(self._bodies.pop(next(iter(self._bodies))))
+            self._bytes -= len(self._bodies.pop(next(iter(self._bodies)))) + ENTRY_BYTES
 
     def get(self, key: Hashable) -> bytes | None:
         return self._bodies.get(key)

@@ -103,7 +103,7 @@ class ActorWrites:
         self._order = trio.Lock()  # held changes are taken and queued in one turn
         self.failures = 0
         self.flushes = 0
-        tables.prefer(self.newer, self.newer_endpoint)
+        tables.prefer(self.newer, self.newer_endpoint, self.pending)
 
     # -- what is not committed yet ----------------------------------------------------
 
@@ -116,6 +116,11 @@ class ActorWrites:
             del self._deliveries[key]
             return None
         return entry[0]
+
+    def pending(self) -> dict[bytes, Delivery]:
+        """A copy of every delivery state ``newer`` shows now (by key)."""
+        return {key: d for key, (d, p) in self._deliveries.items()
+                if p is None or not p.done}
 
     def newer_endpoint(self, endpoint_id: str) -> Endpoint | None:
         """An endpoint's newest state not yet committed."""

@@ -125,6 +125,8 @@ class WebhookStats:
     parked_by_plan: int = 0
     endpoints_overflowed: int = 0
     """Endpoints with due deliveries waiting in the store (their ready queue was full)."""
+    body_cache_bytes: int = 0
+    """What the cache of recently dispatched event bodies holds (bounded)."""
     events_dispatched: int = 0
     deliveries_created: int = 0
     attempts: int = 0
@@ -165,7 +167,7 @@ class WebhookActor:
         self._parked_plan: dict[str, set[str]] = {}
         # project id -> overflowed endpoints whose read-back waits for the plan
         self._held_refills: dict[str, set[str]] = {}
-        self._bodies = RecentBodies()  # of dispatched events, by (project, mode, event id)
+        self._bodies = RecentBodies()  # of dispatched events, by event id
         self._stats = WebhookStats()
 
     def statistics(self) -> WebhookStats:
@@ -174,6 +176,7 @@ class WebhookActor:
         self._stats.in_flight = self._queue.running
         self._stats.parked_by_plan = sum(len(s) for s in self._parked_plan.values())
         self._stats.endpoints_overflowed = self._queue.overflowed
+        self._stats.body_cache_bytes = self._bodies.size_bytes
         self._stats.write_failures = self._writes.failures
         self._stats.state_writes = self._writes.flushes
         return attrs.evolve(self._stats)
@@ -344,7 +347,7 @@ class WebhookActor:
         sent = {d.event_id for d in created}
         for _, fan in planned:
             if fan is not None and (made := fan.event).id in sent:
-                self._bodies.remember((made.project_id, made.mode, made.id), made.body)
+                self._bodies.remember(made.id, made.body)
         changes = Changes()
         for d in created:
             self._consider(d, changes, plans=plans)
@@ -368,7 +371,7 @@ class WebhookActor:
             self._writes.apply(changes)
 
     def _event_body(self, endpoint: Endpoint, event_id: str) -> bytes | None:
-        body = self._bodies.get((endpoint.project_id, endpoint.mode, event_id))
+        body = self._bodies.get(event_id)
         if body is None:
             event = self.tables.event(endpoint.project_id, endpoint.mode, event_id)
             body = event.body if event is not None else None

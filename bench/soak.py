@@ -95,7 +95,8 @@ METRIC_FIELDS = {"svc_store_used_bytes": "store_used", "svc_store_writes_total":
                  "svc_timer_deadlines_held": "timer_held",
                  "svc_http_connections": "connections",
                  "svc_http_requests_shed_total": "shed",
-                 "svc_store_write_queue": "write_queue"}
+                 "svc_store_write_queue": "write_queue",
+                 "svc_webhook_body_cache_bytes": "body_cache"}
 
 
 def free_port(start: int, skip: AbstractSet[int] = frozenset()) -> int:

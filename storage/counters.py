@@ -88,6 +88,17 @@ def read_value(raw: bytes) -> int | str:
     return value
 
 
+def read_amount(raw: bytes) -> int | str | None:
+    """A counter as a range read takes it: an int or a decimal string, None
+    for anything else (never written; a damaged counter is skipped, not an
+    error). The usual value, a count, is read without calling cbor2."""
+    n = _uint(raw)
+    if n is not None:
+        return n
+    value = cbor2.loads(raw)
+    return value if isinstance(value, int | str) and not isinstance(value, bool) else None
+
+
 # CBOR's unsigned integers (major type 0), read and written here: a counter
 # is read and rewritten at every flush, and calling into cbor2 twice was most
 # of that. The bytes are cbor2's own (shortest form; tests compare them).

@@ -1,5 +1,6 @@
 """Reads the dashboard needs that the stores do not offer: newest-first feeds
-for Live events, one click by its key, the link list's click totals.
+for Live events, one click by its key, one link's latest clicks, the link
+list's click totals.
 
 Reads only: every function takes the ``LmdbStore`` and opens its own short
 read transaction. Writes go through the stores' own APIs (links, platforms,
@@ -10,14 +11,20 @@ so "the newest N since T" is one reverse range read. Installs are keyed by
 install id (their lookup on every launch) and found by time through the
 ``installs_by_time`` index, also one reverse range read. Live events still
 skip even that while :func:`installs_marker`, the project's install counter of
-the day (one get), is unchanged.
+the day (one get), is unchanged. No index finds a link's clicks (none is
+written on the redirect's path for it): :func:`clicks_of_link` reads the
+project's clicks of the days the link's day totals name, at most
+``LINK_CLICK_SCAN`` of them, in a worker thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import datetime as dt
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import attrs
+import lmdb
 
 from storage import counters, layout
 from storage.attribution_store import OpenRecord
@@ -35,9 +42,11 @@ LATE_EVENT_MS = 10 * 60_000
 """How much earlier than its arrival a custom event may have occurred and
 still show in a Live events poll (events are keyed by when they occurred)."""
 
-LINK_CLICK_SCAN = 5_000
-"""At most this many of the project's newest clicks are examined for the
-clicks of one link."""
+LINK_CLICK_SCAN = 100_000
+"""At most this many clicks of the project are read for the clicks of one
+link (:func:`clicks_of_link`): tens of milliseconds, in a worker thread."""
+_DAY_MS = 86_400_000
+_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 
 
 @attrs.frozen
@@ -98,13 +107,88 @@ def in_click_window(store: LmdbStore, click: Click) -> bool:
                                         click.id)
 
 
+@attrs.frozen
+class LinkClicks:
+    """The newest clicks of one link (:func:`clicks_of_link`)."""
+
+    clicks: list[Click]
+    """Newest first."""
+    read: int
+    """Clicks of the project read to find them."""
+    stopped_at_ms: int | None = None
+    """None: the clicks are the link's newest (all of them, when fewer than
+    asked for). Otherwise the search stopped after ``LINK_CLICK_SCAN`` clicks
+    of the project, back to one of this time: the link has no other clicks
+    since, but may have older ones."""
+
+
 def clicks_of_link(store: LmdbStore, project_id: str, mode: Mode, link_id: str,
-                   limit: int = 20) -> list[Click]:
-    """The newest clicks of one link among the project's last ``LINK_CLICK_SCAN``."""
+                   limit: int = 20, scan: int | None = None) -> LinkClicks:
+    """The newest ``limit`` clicks of one link. Clicks are keyed by time, not
+    by link, so they are looked for among the project's clicks, but only on
+    the days the link was clicked and only until all of a day's were found:
+    the link's day totals (``clicks`` counters, written in each click's own
+    commit, in this read's snapshot) say which days and how many. A click
+    is decoded only when its bytes hold the link's id (a text of the record).
+    At most ``scan`` (``LINK_CLICK_SCAN``) clicks are read
+    (``LinkClicks.stopped_at_ms``). A read of up to tens of milliseconds:
+    the debugger runs it off the loop."""
+    scan = LINK_CLICK_SCAN if scan is None else scan
     scope = layout.scope(project_id, mode.value)
-    return [c for c in (decode(Click, v) for _, v in
-                        _newest(store, b"clicks", scope, 0, LINK_CLICK_SCAN))
-            if c.link_id == link_id][:limit]
+    wanted = link_id.encode()
+    found: list[Click] = []
+    read, oldest = 0, 0
+    with store.read() as txn:
+        cur = txn.cursor(db=store.db(b"clicks"))
+        for day_ms, count in _click_days(txn, store.db(b"counters"), scope, link_id):
+            ok = cur.set_range(scope + layout.ms(day_ms + _DAY_MS))
+            if not (cur.prev() if ok else cur.last()):
+                continue
+            floor = scope + layout.ms(day_ms)
+            of_day = 0
+            for k, v in cur.iterprev():  # from the day's newest click back
+                key, value = bytes(k), bytes(v)  # (bytes already: no copy)
+                if key < floor:
+                    break
+                if read == scan:
+                    return LinkClicks(found, read, oldest)
+                read, oldest = read + 1, layout.from_ms(key[len(scope):])
+                if wanted in value:
+                    click = decode(Click, value)
+                    if click.link_id == link_id:
+                        found.append(click)
+                        of_day += 1
+                        if len(found) == limit:
+                            return LinkClicks(found, read)
+                        if of_day == count:
+                            break
+    return LinkClicks(found, read)
+
+
+def _click_days(txn: lmdb.Transaction, counters_db: Any, scope: bytes,
+                link_id: str) -> Iterator[tuple[int, int]]:
+    """(start ms, clicks) of each day the link was clicked, newest first: its
+    ``clicks`` counters are ``metric NUL link NUL day NUL dimension NUL
+    value`` (storage/counters.py), so one step back a day."""
+    prefix = scope + f"{Metric.CLICKS.value}\x00{link_id}\x00".encode()
+    cur = txn.cursor(db=counters_db)
+    ok = cur.set_range(layout.prefix_end(prefix))
+    ok = cur.prev() if ok else cur.last()
+    while ok:
+        key = bytes(cur.key())
+        if not key.startswith(prefix):
+            return
+        day = key[len(prefix):].split(b"\x00", 1)[0]
+        raw = txn.get(prefix + day + b"\x00total\x00", db=counters_db)
+        count = counters.read_value(bytes(raw)) if raw is not None else 0
+        try:
+            start = (dt.date.fromisoformat(day.decode()).toordinal() - _EPOCH_ORDINAL) * _DAY_MS
+        except ValueError:
+            start = None  # not a day (never written): nothing to look for
+        if isinstance(count, int) and count > 0 and start is not None:
+            yield start, count
+        cur.set_range(prefix + day)  # the day's first key, then the day before's last
+        ok = cur.prev()
 
 
 def link_click_totals(store: LmdbStore, project_id: str, mode: Mode, link_ids: Iterable[str],

@@ -55,7 +55,7 @@ from typing import Any
 import attrs
 import orjson
 
-from svc_engine.event_batch import EventRows
+from svc_engine.event_batch import EventRows, Rejection
 from svc_engine.event_columns import look_up
 from svc_engine.events import revenue
 from svc_engine.sdk_requests import parse_timestamp_ms
@@ -183,7 +183,9 @@ class NewEvents:
     ``places[i]`` is event i's key between scope and event id (and its dedup
     entry's value); ``dedup[i]`` its dedup key after scope and install (sent
     ms and id); ``values[i]`` its stored value; ``revenue`` is None when no
-    event of the batch carries revenue."""
+    event of the batch carries revenue. ``rejected`` are the events of the
+    request the rules refused (not among these, never stored; the answer
+    lists them)."""
 
     received_at_ms: int
     ids: tuple[str, ...]
@@ -196,6 +198,7 @@ class NewEvents:
     dedup: tuple[bytes, ...]
     values: tuple[bytes, ...]
     distinct: bool  # no id occurs twice in the batch
+    rejected: tuple[Rejection, ...] = ()
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -231,7 +234,7 @@ class NewEvents:
                    revenue=_revenues(rows.properties),
                    places=_places(times, received_at_ms),
                    dedup=_interleaved("Q16s", rows.sent_at_ms, id16),
-                   values=values, distinct=len(set(id16)) == n)
+                   values=values, distinct=len(set(id16)) == n, rejected=rows.rejected)
 
 
 _TAILS = tuple(struct.pack(">H", ms) for ms in range(1000))  # ms within a second, packed

@@ -20,8 +20,10 @@ only after that commit is on disk. Inside the op, in order:
    the project and mode has at least one webhook endpoint (an endpoint only
    ever receives events that happen after it was added, so with none there is
    nobody to queue for);
-5. the response ``{"accepted", "duplicates"}`` is recorded for the
-   Idempotency-Key, so a retry gets the same answer byte for byte.
+5. the response ``{"accepted", "duplicates", "rejected"}`` is recorded for
+   the Idempotency-Key, so a retry gets the same answer byte for byte
+   (``rejected``: the events of the request the rules refused, carried in
+   ``NewEvents.rejected``; none of them reaches this op).
 
 Records: see storage/event_records.py (keys, values, why they are ordered by
 the second an event occurred and then by arrival).
@@ -73,6 +75,7 @@ from storage.event_records import StoredEvent as StoredEvent  # the readers' imp
 from storage.lmdb_store import LmdbStore
 from storage.writer import Op
 from svc_engine.errors import InstallNotFound
+from svc_engine.event_batch import Rejection
 from svc_engine.event_payloads import conversion_data
 from svc_engine.events import conversion_counter_keys, exact_sum, revenue_counter_keys
 from svc_engine.keys import Mode
@@ -89,9 +92,12 @@ class BatchResult:
     accepted: int
     duplicates: int
     published: bool = False  # conversions were queued for webhooks (not in the answer)
+    rejected: tuple[Rejection, ...] = ()  # refused by the rules, not stored
 
-    def to_json(self) -> dict[str, int]:
-        return {"accepted": self.accepted, "duplicates": self.duplicates}
+    def to_json(self) -> dict[str, object]:
+        """The answer: ``rejected`` always present, ``[]`` when none was."""
+        return {"accepted": self.accepted, "duplicates": self.duplicates,
+                "rejected": [r.to_json() for r in self.rejected]}
 
 
 @attrs.frozen
@@ -162,7 +168,7 @@ class EventsStore:
                     self._publish(txn, project_id, mode, install_id, events, new)
                     published = True
             result = BatchResult(accepted=len(new), duplicates=len(events) - len(new),
-                                 published=published)
+                                 published=published, rejected=events.rejected)
             self.store.record_response(txn, idem, result)
             return result
 

@@ -32,6 +32,9 @@ _LOWER_TO_ASCII = ("\u0130".encode(), "\u212a".encode())
 """The only characters outside ASCII whose ``str.lower()`` holds ASCII (İ and
 the Kelvin sign K): with neither in a record, an ASCII search matches its
 text only if the record's bytes, ASCII-lowercased, hold the search."""
+_COMBINING_DOT = "\u0307"
+"""The one caseless character (``upper() == lower() ==`` itself) that another
+character's ``lower()`` yields (İ's, after an ASCII i): see :func:`_kept`."""
 
 
 def _slug_key(domain: str, slug: str) -> bytes:
@@ -142,7 +145,7 @@ class LinksStore:
         last: bytes | None = None
         q = query.lower() if query else None
         needles = [x.encode() for x in (campaign, channel, tag) if x]
-        q_ascii = _search_bytes(q)
+        q_runs = _search_runs(q)
         read = 0
         with self.store.read() as txn:
             cur = txn.cursor(db=self._by_project)
@@ -156,7 +159,7 @@ class LinksStore:
                 read, last = read + 1, k
                 raw = txn.get(k[-16:], db=self._links)
                 body = bytes(raw) if raw is not None else None
-                if body is not None and _may_match(body, needles, q_ascii):
+                if body is not None and _may_match(body, needles, q_runs):
                     link = decode(Link, body)
                     if not link.deleted and _matches(link, campaign, channel, tag, q):
                         out.append(link)
@@ -289,25 +292,53 @@ class LinksStore:
         return await self.store.write(op)  # type: ignore[no-any-return]
 
 
-def _search_bytes(q: str | None) -> bytes | None:
-    """The lowercased search as bytes for :func:`_may_match`, when it can be
-    looked for in a record's bytes: ASCII, and without a space (a search with
-    one may span two fields, which ``_matches`` joins with a space)."""
-    return q.encode() if q is not None and q.isascii() and " " not in q else None
+def _search_runs(q: str | None) -> list[bytes]:
+    """What of the lowercased search ``q`` :func:`_may_match` looks for in a
+    record's bytes: the maximal runs of :func:`_kept` characters of each part
+    between spaces, as UTF-8. ``_matches`` looks for ``q`` in the fields
+    joined by single spaces, so a part without a space lies inside one
+    field's lowercased text, and so does each run in it; that text holds the
+    run only if the field's own text does, ASCII letters in either case
+    (when the record holds none of ``_LOWER_TO_ASCII``). Nothing is looked
+    for without a search, or for a part of cased non-ASCII letters only
+    ("É" lowercases to "é", which the bytes do not show): every record of
+    such a search is decoded (the listings read off the event loop)."""
+    if not q:
+        return []
+    runs: list[bytes] = []
+    for part in q.split(" "):
+        run: list[str] = []
+        for ch in part + " ":  # the space ends the last run
+            if ch != " " and _kept(ch):
+                run.append(ch)
+            elif run:
+                runs.append("".join(run).encode())
+                run = []
+    return runs
 
 
-def _may_match(raw: bytes, needles: list[bytes], q_ascii: bytes | None) -> bool:
+def _kept(ch: str) -> bool:
+    """Whether a character of a lowercased search is in a record's text, as
+    itself, wherever the lowercased text holds it: an ASCII character (only
+    ASCII and ``_LOWER_TO_ASCII`` lowercase to ASCII, an ASCII letter to one
+    character), or a caseless one (no other character lowercases to one,
+    but the ``_COMBINING_DOT``; tests/test_links_listing.py checks both over
+    all of Unicode)."""
+    return ch.isascii() or (ch.lower() == ch == ch.upper() and ch != _COMBINING_DOT)
+
+
+def _may_match(raw: bytes, needles: list[bytes], q_runs: list[bytes]) -> bool:
     """False only when the link stored as ``raw`` cannot match the filters:
     an exact campaign, channel or tag is text of the record, so its bytes are
-    in ``raw``; an ASCII search without a space lies in one field's text
-    (``_matches`` joins the fields with spaces), whose ASCII letters lowercase
-    the same as bytes and as text, unless ``raw`` holds one of
-    ``_LOWER_TO_ASCII``. Anything else is decided by ``_matches``."""
+    in ``raw``; so is each of the search's runs (:func:`_search_runs`),
+    ASCII-lowercased, unless ``raw`` holds one of ``_LOWER_TO_ASCII``.
+    Anything else is decided by ``_matches``."""
     if not all(n in raw for n in needles):
         return False
-    if q_ascii is None or any(c in raw for c in _LOWER_TO_ASCII):
+    if not q_runs or any(c in raw for c in _LOWER_TO_ASCII):
         return True
-    return q_ascii in raw.lower()
+    low = raw.lower()
+    return all(r in low for r in q_runs)
 
 
 def _matches(link: Link, campaign: str | None, channel: str | None, tag: str | None,

@@ -30,16 +30,20 @@ API reads them directly. The actor registers (``prefer``) lookups of the
 delivery and endpoint states it holds and has not committed yet (an attempt
 in flight, a result on its way to the disk): ``delivery``, ``recent``,
 ``endpoint`` and ``endpoints`` show those, so a reader never sees a record go
-back to an older state. The scans the actor uses itself (``open_deliveries``,
-``open_deliveries_from``, ``expired``, ``all_endpoints``) read committed records only.
+back to an older state. ``recent_off_loop`` (a listing filtered by status, whose
+scan runs in a worker thread) instead copies those delivery states when its
+read transaction begins, on the event loop (``pending``). The scans the actor
+uses itself (``open_deliveries``, ``open_deliveries_from``, ``expired``,
+``all_endpoints``) read committed records only.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import attrs
+import cbor2
 import lmdb
 
 from storage import layout
@@ -55,6 +59,16 @@ ATTEMPT_DEADLINE = "webhook_attempt"
 OPEN = (DeliveryStatus.QUEUED, DeliveryStatus.SENDING, DeliveryStatus.RETRYING)
 SCAN_CAP = 20_000
 """Rows a filtered recent-deliveries listing reads at most before it stops."""
+STATUS_MARKS = {s: cbor2.dumps("status") + cbor2.dumps(s.value) for s in DeliveryStatus}
+"""The bytes every stored delivery of a status holds: its ``status`` map entry
+as storage/codec.py writes it (``cbor2.dumps`` of ``Delivery.to_map``: a map
+entry is its key followed at once by its value, each text a definite-length
+string, header then UTF-8). A record without them does not have that status,
+so a status filter skips it undecoded; one with them is decoded to be sure
+(the same bytes could occur in, say, a response body)."""
+
+Reader = Callable[[Callable[[], list[Delivery]]], Awaitable[list[Delivery]]]
+"""How ``recent_off_loop`` runs its scan: ``Services.off_loop``."""
 
 
 def attempt_deadline(d: Delivery) -> Deadline | None:
@@ -82,14 +96,19 @@ class WebhookStore:
         self._events = store.db(b"webhook_events")
         self._newer: Callable[[bytes], Delivery | None] = _nothing_newer
         self._newer_endpoint: Callable[[str], Endpoint | None] = _nothing_newer
+        self._pending: Callable[[], Mapping[bytes, Delivery]] = dict
 
     def prefer(self, newer: Callable[[bytes], Delivery | None],
-               newer_endpoint: Callable[[str], Endpoint | None]) -> None:
+               newer_endpoint: Callable[[str], Endpoint | None],
+               pending: Callable[[], Mapping[bytes, Delivery]]) -> None:
         """Reads of a stored delivery show ``newer(its 16-byte key)``, and of a
         stored endpoint ``newer_endpoint(its id)``, when that is not None (the
-        owner's state, not yet committed)."""
+        owner's state, not yet committed). ``pending()`` is a copy of every
+        delivery state ``newer`` would show now (for ``recent_off_loop``,
+        whose scan must not call the owner's lookups from another thread)."""
         self._newer = newer
         self._newer_endpoint = newer_endpoint
+        self._pending = pending
 
     # -- keys -----------------------------------------------------------------
 
@@ -187,22 +206,55 @@ class WebhookStore:
 
     def recent(self, project_id: str, mode: Mode, *, endpoint_id: str | None = None,
                status: DeliveryStatus | None = None, limit: int = 50) -> list[Delivery]:
-        """The newest deliveries of a mode, optionally of one endpoint or status."""
+        """The newest deliveries of a mode, optionally of one endpoint or status.
+        With a status, a stored record is decoded only when its bytes hold
+        the status (``STATUS_MARKS``), but a rare status still reads up to
+        ``SCAN_CAP`` entries (tens of milliseconds): the listings run
+        :meth:`recent_off_loop`."""
+        with self.store.read() as txn:
+            return self._recent(txn, self._newer, project_id, mode, endpoint_id, status, limit)
+
+    async def recent_off_loop(self, run: Reader, project_id: str, mode: Mode, *,
+                              endpoint_id: str | None = None,
+                              status: DeliveryStatus | None = None,
+                              limit: int = 50) -> list[Delivery]:
+        """:meth:`recent` with its scan run by ``run`` (``Services.off_loop``: a
+        worker thread). What it reads is fixed here, on the event loop and in
+        one turn: the read transaction begins and the states the owner has not
+        committed are copied (``pending``), so the answer is the one
+        ``recent`` gives at this moment (a state committed meanwhile is not
+        read older from the transaction while the copy misses it)."""
+        txn = self.store.env.begin(buffers=False)
+        try:
+            newer = self._pending().get
+            return await run(lambda: self._recent(txn, newer, project_id, mode, endpoint_id,
+                                                  status, limit))
+        finally:
+            txn.abort()
+
+    def _recent(self, txn: lmdb.Transaction, newer: Callable[[bytes], Delivery | None],
+                project_id: str, mode: Mode, endpoint_id: str | None,
+                status: DeliveryStatus | None, limit: int) -> list[Delivery]:
         if endpoint_id is not None:
             db, prefix = self._by_endpoint, layout.uid(endpoint_id)
         else:
             db, prefix = self._by_project, layout.scope(project_id, mode.value)
+        mark = STATUS_MARKS[status] if status is not None else None
         out: list[Delivery] = []
-        with self.store.read() as txn:
-            for n, key in enumerate(prefix_keys(txn, db, prefix, reverse=True)):
-                if n >= SCAN_CAP or len(out) >= limit:
-                    break
-                raw = txn.get(key[-16:], db=self._deliveries)
-                if raw is None:
-                    continue
-                d = self._newer(key[-16:]) or decode(Delivery, bytes(raw))
-                if status is None or d.status is status:
-                    out.append(d)
+        for n, key in enumerate(prefix_keys(txn, db, prefix, reverse=True)):
+            if n >= SCAN_CAP or len(out) >= limit:
+                break
+            did = key[-16:]
+            raw = txn.get(did, db=self._deliveries)
+            if raw is None:
+                continue
+            d = newer(did)
+            if d is None:
+                if mark is not None and mark not in raw:
+                    continue  # stored with another status, and not changed since
+                d = decode(Delivery, bytes(raw))
+            if status is None or d.status is status:
+                out.append(d)
         return out
 
     def expired(self, before_ms: int, limit: int) -> list[Expired]:

@@ -43,6 +43,7 @@ from svc_engine.events import Metric, add_amount, utc_day
 MAX_RANGE_DAYS = 366
 DEFAULT_RANGE_DAYS = 30
 HANDOFF_METHOD = "authenticated_handoff"
+FUNNEL_STEPS = (Metric.CLICKS, Metric.INSTALLS, Metric.OPENS, Metric.CONVERSIONS)
 
 CounterRow = tuple[str, str, str, int | str]
 """``(day, dimension, value, amount)``: one stored counter."""
@@ -100,13 +101,18 @@ def parse_day_range(first: str | None, last: str | None, *, now_ms: int,
     return DayRange(start.isoformat(), end.isoformat())
 
 
-def metric_summary(metric: Metric, rows: Iterable[CounterRow],
-                   days: Sequence[str]) -> dict[str, Any]:
-    """``{"total", "byDay", <breakdowns>}`` of one metric (not revenue)."""
+def metric_summary(metric: Metric, rows: Iterable[CounterRow], days: Sequence[str], *,
+                   ranked: bool = True) -> dict[str, Any]:
+    """``{"total", "byDay", <breakdowns>}`` of one metric (not revenue). With
+    ``ranked`` False the breakdowns are left in no order, for a caller that
+    ranks only the few values it shows (sorting a long tail of referrer
+    hosts is most of the work, and a single call that keeps the GIL)."""
     names = BREAKDOWNS[metric]
     total = 0
     by_day = dict.fromkeys(days, 0)
-    by: dict[str, dict[str, int]] = {name: {} for name in names.values()}
+    # dimension -> its counts; one lookup a row (a range holds many rows)
+    by: dict[str, dict[str, int]] = {dimension: {} for dimension in names}
+    opens = metric is Metric.OPENS
     handoff_by_day = dict.fromkeys(days, 0)
     for day, dimension, value, amount in rows:
         n = amount if isinstance(amount, int) else 0
@@ -114,16 +120,18 @@ def metric_summary(metric: Metric, rows: Iterable[CounterRow],
             total += n
             if day in by_day:
                 by_day[day] += n
-        elif dimension in names:
-            target = by[names[dimension]]
-            target[value] = target.get(value, 0) + n
-            if metric is Metric.OPENS and dimension == "method" and value == HANDOFF_METHOD \
-                    and day in handoff_by_day:
-                handoff_by_day[day] += n
+            continue
+        target = by.get(dimension)
+        if target is None:
+            continue
+        target[value] = target.get(value, 0) + n
+        if opens and dimension == "method" and value == HANDOFF_METHOD and day in handoff_by_day:
+            handoff_by_day[day] += n
     out: dict[str, Any] = {"total": total, "byDay": by_day}
-    out.update({name: _largest_first(counts) for name, counts in by.items()})
+    out.update({name: _largest_first(by[dimension]) if ranked else by[dimension]
+                for dimension, name in names.items()})
     if metric is Metric.INSTALLS:
-        out["unattributed"] = by["byConfidence"].get("unattributed", 0)
+        out["unattributed"] = by["confidence"].get("unattributed", 0)
     if metric is Metric.OPENS:
         out["handoff"] = {"total": sum(handoff_by_day.values()), "byDay": handoff_by_day}
     return out
@@ -144,12 +152,58 @@ def revenue_summary(rows: Iterable[CounterRow]) -> dict[str, str]:
 
 def funnel(totals: Mapping[Metric, int]) -> dict[str, int]:
     """A link's funnel: clicks, installs, opens and conversions in the range."""
-    return {step.value: totals.get(step, 0)
-            for step in (Metric.CLICKS, Metric.INSTALLS, Metric.OPENS, Metric.CONVERSIONS)}
+    return {step.value: totals.get(step, 0) for step in FUNNEL_STEPS}
+
+
+def summary_funnel(summary: Mapping[str, Any]) -> dict[str, int]:
+    """The funnel of a link's summary (``AnalyticsStore.summary``): the totals
+    it already holds, the numbers ``AnalyticsStore.funnel`` reads for the same
+    range."""
+    return funnel({step: summary[step.value]["total"] for step in FUNNEL_STEPS})
 
 
 def _largest_first(counts: Mapping[str, int]) -> dict[str, int]:
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    """``counts`` ordered by count, largest first, ties by value: as sorting by
+    ``(-count, value)``, but a long tail of values seen as often (referrer
+    hosts seen once) sorts as plain strings (:func:`_sorted_in_steps`)."""
+    by_count: dict[int, list[str]] = {}
+    for value, n in counts.items():
+        same = by_count.get(n)
+        if same is None:
+            by_count[n] = [value]
+        else:
+            same.append(value)
+    out: dict[str, int] = {}
+    for n in sorted(by_count, reverse=True):
+        ordered = _sorted_in_steps(by_count[n])
+        for i in range(0, len(ordered), SORT_STEP):
+            out.update(dict.fromkeys(ordered[i:i + SORT_STEP], n))
+    return out
+
+
+SORT_STEP = 8192
+"""Values sorted or merged by one call. A summary is computed in a worker
+thread, but one C call keeps the GIL however long it takes: sorting 100,000
+referrer hosts at once would hold the event loop for tens of milliseconds."""
+
+
+def _sorted_in_steps(values: list[str]) -> list[str]:
+    """``sorted(values)``, by runs of ``SORT_STEP`` values merged two at a
+    time (each merge is one sort of two sorted runs, linear), so no single
+    call does more than a linear pass over the values."""
+    if len(values) <= SORT_STEP:
+        return sorted(values)
+    runs = [sorted(values[i:i + SORT_STEP]) for i in range(0, len(values), SORT_STEP)]
+    while len(runs) > 1:
+        merged = []
+        for i in range(0, len(runs) - 1, 2):
+            pair = runs[i] + runs[i + 1]
+            pair.sort()  # two ascending runs: timsort merges them
+            merged.append(pair)
+        if len(runs) % 2:
+            merged.append(runs[-1])
+        runs = merged
+    return runs[0]
 
 
 def _parse_day(text: str, field: str) -> dt.date:

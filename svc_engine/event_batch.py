@@ -19,27 +19,46 @@ Rules (SPEC.md "SDK event", "Limits"; decisions where it is silent):
 - duplicate ids inside a batch are accepted here and removed when stored
   (``svc_engine.events.split_duplicates``).
 
-An error names the first bad event and field: ``events[3].name``, with a
-message that starts with it.
+What is refused, and how much of the batch goes with it. The SDK drops a
+batch that is refused (SPEC.md "Custom events" 7), and it cannot check every
+rule itself (the 8 KiB of ``properties`` is measured here, on the encoder's
+text), so a bad event must not take the good ones of its batch with it:
+
+- an error of the envelope refuses the whole batch (ValidationError, a 400):
+  the body not an object, a bad or missing ``installId``, ``events`` not a
+  list or not 1 to 100 of them;
+- an error of one event (any rule above on an item of ``events``) refuses
+  that event only: the others are kept, in batch order, and each refused one
+  is a :class:`Rejection` (its index, field and message) in
+  :attr:`EventRows.rejected`, answered in a 200 beside the counts;
+- when every event is refused there is nothing to keep: ValidationError for
+  the first one, as for a bad envelope (so the SDK drops the batch).
+
+An error names the event and field: ``events[3].name``, with a message that
+starts with it and holds no value the app sent.
 
 Theory of operation. A batch holds up to 100 events and may arrive a
 thousand times a second, so its check exists twice over the same rules:
 
 - :func:`_event` checks one event at a time, field by field in rule order,
-  and raises the first error. It is the reference, and the only code that
-  builds an error.
+  and raises the event's first error. It is the reference, and the only code
+  that builds an error; :func:`_reference_rows` runs it on every event and
+  keeps the rows of those it passes and a :class:`Rejection` for each other.
 - :func:`svc_engine.event_columns.fast_rows` checks the batch a column at a
   time with work done in C (how, and its cost model: that module). It returns
   exactly the rows the reference would, or None when it cannot vouch for the
-  batch; then the reference runs and finds the error (or accepts a shape the
-  fast check does not know).
+  batch; it vouches only for batches the reference refuses no event of, so a
+  batch with a bad event always goes to the reference, which sorts the good
+  events from the bad (or accepts a shape the fast check does not know).
+  So sorting costs the fast path nothing: it is not touched, and a batch it
+  vouches for only carries an empty ``rejected`` along.
 
 The limits both checks apply, :data:`EncodeAll` and :func:`too_deep` live in
 ``event_columns`` (which must not import this module) and are re-exported
 here.
 
 tests/test_event_batch.py holds the two to the same answers over generated
-batches.
+batches, and the reference to judging each event alone.
 """
 
 from __future__ import annotations
@@ -70,6 +89,26 @@ def encode_all_stdlib(values: Sequence[object]) -> list[bytes]:
 
 
 @attrs.frozen
+class Rejection:
+    """An event of a batch refused by the rules while the others are kept: its
+    index in the batch, the field at fault (``events[1].name``) and the
+    message, which starts with the field and holds no value the app sent."""
+
+    index: int
+    field: str
+    message: str
+    code: str = ValidationError.code
+
+    def to_json(self) -> dict[str, object]:
+        return {"index": self.index, "field": self.field, "code": self.code,
+                "message": self.message}
+
+    def error(self) -> ValidationError:
+        """The error the whole batch is refused with when no event is kept."""
+        return ValidationError(self.message, field=self.field)
+
+
+@attrs.frozen
 class EventInput:
     """One custom event as the SDK sent it (validated, not yet stored)."""
 
@@ -86,6 +125,7 @@ class EventsBatch:
 
     install_id: str
     events: tuple[EventInput, ...]
+    rejected: tuple[Rejection, ...] = ()
 
 
 @attrs.frozen
@@ -97,7 +137,9 @@ class EventRows:
     it (what the 8 KiB limit measured), ready to store; ``occurred_at`` is
     the text the app sent, ``sent_at_ms`` its time exactly (what a resent
     batch repeats, so what deduplication keys on) and ``occurred_at_ms`` that
-    time clamped to arrival."""
+    time clamped to arrival. ``rejected`` are the events of the batch the rules
+    refused, in batch order (the columns hold the others, in batch order);
+    empty whenever the fast check vouched for the batch."""
 
     install_id: str
     ids: tuple[str, ...]
@@ -109,6 +151,7 @@ class EventRows:
     occurred_at_ms: tuple[int, ...]
     occurred_at: tuple[str, ...]
     sent_at_ms: tuple[int, ...]
+    rejected: tuple[Rejection, ...] = ()
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -122,9 +165,11 @@ class EventRows:
 
 def parse_event_rows(body: object, *, now_ms: int,
                      encode_all: EncodeAll = encode_all_stdlib) -> EventRows:
-    """Validate a batch body (whatever the JSON decoder gave); ValidationError
-    names the first bad field. ``encode_all`` measures ``properties`` (the web
-    layer passes a faster encoder with the same output)."""
+    """Validate a batch body (whatever the JSON decoder gave): the rows of the
+    events the rules pass, and the others in ``rejected``. ValidationError for
+    a bad envelope, or for the first event when every event is refused.
+    ``encode_all`` measures ``properties`` (the web layer passes a faster
+    encoder with the same output)."""
     m = json_object(body)
     install_id = uuid4_field(m, "installId")
     items = m.get("events")
@@ -134,31 +179,48 @@ def parse_event_rows(body: object, *, now_ms: int,
         raise ValidationError(f"events: must hold 1 to {MAX_EVENTS_PER_BATCH} events",
                               field="events")
     rows = fast_rows(items, now_ms, encode_all)
-    if rows is None:
-        rows = _reference_rows(items, now_ms, encode_all)
-    return EventRows(install_id, *rows)
+    if rows is not None:
+        return EventRows(install_id, *rows)
+    kept, rejected = _reference_rows(items, now_ms, encode_all)
+    if kept is None:
+        raise rejected[0].error()
+    return EventRows(install_id, *kept, rejected)
 
 
 def parse_events_batch(body: object, *, now_ms: int,
                        encode_all: EncodeAll = encode_all_stdlib) -> EventsBatch:
     """:func:`parse_event_rows` as one :class:`EventInput` per event."""
     rows = parse_event_rows(body, now_ms=now_ms, encode_all=encode_all)
-    return EventsBatch(install_id=rows.install_id, events=rows.inputs())
+    return EventsBatch(install_id=rows.install_id, events=rows.inputs(),
+                       rejected=rows.rejected)
 
 
 # --- the reference ---------------------------------------------------------------------
 
 
-def _reference_rows(items: list[Any], now_ms: int, encode_all: EncodeAll) -> Rows:
-    checked = [_event(item, i, encode_all) for i, item in enumerate(items)]
+def _reference_rows(items: list[Any], now_ms: int, encode_all: EncodeAll,
+                    ) -> tuple[Rows | None, tuple[Rejection, ...]]:
+    """The rows of the events :func:`_event` passes (None if it passes none),
+    and a :class:`Rejection` for each other, in batch order."""
+    checked = []
+    rejected = []
+    for i, item in enumerate(items):
+        try:
+            checked.append(_event(item, i, encode_all))
+        except ValidationError as e:
+            rejected.append(Rejection(i, e.field or f"events[{i}]", e.message))
+    if not checked:
+        return None, tuple(rejected)
     ids, names, properties, encoded, link_ids, sent, occurred = zip(*checked, strict=True)
     binary = bytes.fromhex("".join(ids).replace("-", ""))
     times = tuple(map(min, sent, itertools.repeat(now_ms)))
-    return ids, binary, names, properties, encoded, link_ids, times, occurred, sent
+    return (ids, binary, names, properties, encoded, link_ids, times, occurred, sent), \
+        tuple(rejected)
 
 
 def _event(item: object, index: int, encode_all: EncodeAll,
            ) -> tuple[str, str, dict[str, object], bytes, str | None, int, str]:
+    """One event's row, or ValidationError for its first bad field."""
     # Field names are built only for an error.
     if not isinstance(item, dict):
         raise ValidationError(f"events[{index}]: must be an object", field=f"events[{index}]")

@@ -2,8 +2,9 @@
 shape checked a column at a time, giving exactly the rows the reference check
 (``svc_engine.event_batch``, which holds the rules and calls this first) would
 give, or None: "not sure", never "invalid". No error is built here; on None
-the reference runs and finds the error (or accepts a shape this check does
-not know).
+the reference runs, keeps the good events and names the bad ones (or accepts
+a shape this check does not know). A batch with a bad event is never vouched
+for, so the rows given here are always the whole batch's.
 
 How: the ids by character positions in the ids joined by newlines, the names
 by their shortest and longest lengths, all properties with one encoder call
@@ -70,8 +71,8 @@ _ONLY_DICT = frozenset({dict})
 
 def fast_rows(items: list[Any], now_ms: int, encode_all: EncodeAll) -> Rows | None:
     """The rows of a valid batch, exactly as the reference
-    (``event_batch._reference_rows``) gives them, or None: "not sure", never
-    "invalid" (no error is built here)."""
+    (``event_batch._reference_rows``) gives them for a batch it refuses no
+    event of, or None: "not sure", never "invalid" (no error is built here)."""
     n = len(items)
     columns = _columns(items)
     if columns is None:

@@ -12,12 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from svc_engine.analytics import (
+    BREAKDOWNS,
+    HANDOFF_METHOD,
     CounterRow,
     DayRange,
     funnel,
     metric_summary,
     parse_day_range,
     revenue_summary,
+    summary_funnel,
 )
 from svc_engine.errors import ValidationError
 from svc_engine.events import Metric
@@ -94,6 +97,63 @@ def test_funnel_order_and_zeroes() -> None:
     got = funnel({Metric.CLICKS: 5, Metric.CONVERSIONS: 1})
     assert list(got.items()) == [("clicks", 5), ("installs", 0), ("opens", 0),
                                  ("conversions", 1)]
+
+
+def test_a_summary_funnel_is_its_totals() -> None:
+    summary = {m.value: {"total": n} for m, n in
+               ((Metric.CLICKS, 9), (Metric.OPENS, 2), (Metric.INSTALLS, 3),
+                (Metric.CONVERSIONS, 1))}
+    assert list(summary_funnel(summary).items()) == [
+        ("clicks", 9), ("installs", 3), ("opens", 2), ("conversions", 1)]
+
+
+def reference_largest_first(counts: dict[str, int]) -> list[tuple[str, int]]:
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+_ROWS = st.lists(st.tuples(
+    st.sampled_from(["2026-01-01", "2026-01-02", "2025-12-31"]),
+    st.sampled_from(["total", "platform", "country", "referrer", "method", "confidence",
+                     "name", "bogus"]),
+    st.text(alphabet="ab\u00e9", max_size=3) | st.just(HANDOFF_METHOD),
+    st.integers(min_value=-3, max_value=1 << 65) | st.sampled_from(["1.5", ""])), max_size=60)
+
+
+@given(_ROWS, st.sampled_from([Metric.CLICKS, Metric.OPENS, Metric.INSTALLS,
+                               Metric.CONVERSIONS]))
+def test_breakdowns_are_largest_first_ties_by_value(rows: list[CounterRow],
+                                                     metric: Metric) -> None:
+    """The bucketed sort of ``_largest_first`` orders as sorting by
+    ``(-count, value)`` did, ties and all."""
+    s = metric_summary(metric, rows, ["2026-01-01", "2026-01-02"])
+    for dimension, name in BREAKDOWNS[metric].items():
+        counts: dict[str, int] = {}
+        for _, dim, value, amount in rows:
+            if dim == dimension:
+                counts[value] = counts.get(value, 0) + (amount if isinstance(amount, int) else 0)
+        assert list(s[name].items()) == reference_largest_first(counts)
+    assert s["total"] == sum(a for _, d, _, a in rows if d == "total" and isinstance(a, int))
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 5, 8192])
+def test_long_breakdowns_sort_in_steps_as_one_sort_would(
+        step: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No single call sorts more than ``SORT_STEP`` values or merges more than
+    two runs (the GIL is kept for the whole of one call); the order is a
+    plain sort's."""
+    import random
+
+    from svc_engine import analytics
+
+    monkeypatch.setattr(analytics, "SORT_STEP", step)
+    rng = random.Random(step)
+    for n in (0, 1, 2, 3, 7, 16, 17, 40, 333):
+        values = [rng.choice(["a", "b", "ab", "\u00e9", ""]) + str(rng.randrange(50))
+                  for _ in range(n)]
+        assert analytics._sorted_in_steps(list(values)) == sorted(values)
+        counts = {v: rng.randrange(1, 4) for v in values}
+        assert list(analytics._largest_first(counts).items()) == \
+            reference_largest_first(counts)
 
 
 # --- the parser's fast paths match their references -----------------------------------

@@ -71,6 +71,26 @@ def test_growth_per_request_is_not_steady_and_extrapolates_to_an_hour() -> None:
     assert any("NOT CONCLUSIVE" in line for line in v.lines)
 
 
+def test_the_webhook_body_cache_filling_is_not_growth_with_known_keys() -> None:
+    """The body cache is bounded but fills with traffic (most of an hour at a
+    soak's rate): memory that grows exactly as the service says the cache
+    does is steady; growth beside it is still growth."""
+    def cache(t: float) -> float:
+        return min(16 * MIB, t * 20_000)
+
+    filling = run(600, lambda t: 100 * MIB + cache(t))
+    for s in filling:
+        s["body_cache"] = cache(s["t"])
+    v = sv.verdict(filling, 600, {"fresh": {"addresses": 50_000}})
+    assert v.steady and any("net of the webhook body cache" in line for line in v.lines)
+    unreported = [{k: x for k, x in s.items() if k != "body_cache"} for s in filling]
+    assert not sv.verdict(unreported, 600, {"fresh": {"addresses": 50_000}}).steady
+    beside = run(600, lambda t: 100 * MIB + cache(t) + t * 10_000)
+    for s in beside:
+        s["body_cache"] = cache(s["t"])
+    assert not sv.verdict(beside, 600, {"fresh": {"addresses": 50_000}}).steady
+
+
 def test_growth_only_with_new_keys_is_charged_per_key() -> None:
     fresh_from = 0.55 * 600
 

@@ -85,7 +85,7 @@ async def test_find_a_link_by_slug_url_or_id(app: App) -> None:
     assert "Android phone 302 redirect to the link's Android fallback URL https://x.test/a None" \
         in page
     assert "Bot or link preview A preview page with the link's Open Graph tags None No" in page
-    assert "No recent clicks of this link." in page
+    assert "This link has no clicks yet." in page
     for query, message in (("nope", "No link of this project matches “nope”."),
                            ("http://svc.test/a/b", "No link of this project matches"),
                            ("https://%5B", "No link of this project matches")):  # no URL

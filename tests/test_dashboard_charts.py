@@ -78,6 +78,30 @@ def test_bars_rank_and_group_the_rest() -> None:
     assert [r.label for r in ties] == ["a", "b"]
 
 
+def reference_bar_rows(counts: dict[str, int], limit: int) -> list[tuple[str, int]]:
+    ranked = sorted(((k, v) for k, v in counts.items() if v > 0), key=lambda kv: (-kv[1], kv[0]))
+    if len(ranked) > limit:
+        ranked = [*ranked[:limit - 1], ("Other", sum(v for _, v in ranked[limit - 1:]))]
+    return ranked
+
+
+@given(st.dictionaries(st.text(alphabet="abc", max_size=3), st.integers(-2, 40), max_size=40),
+       st.integers(0, 10))
+def test_bars_name_the_same_largest_as_a_full_sort(counts: dict[str, int], limit: int) -> None:
+    """Only the values that may be named are sorted (a link's referrer hosts
+    are a long tail); the bars are those of sorting them all."""
+    rows = bar_rows(counts, limit=limit)
+    assert [(r.label, r.value) for r in rows] == reference_bar_rows(counts, limit)
+
+
+def test_bars_of_a_long_tail() -> None:
+    tail = {f"h{i}.example": 1 + i % 3 for i in range(20_000)}
+    tail.update({"direct": 900, "t.co": 900, "a.example": 40})
+    rows = bar_rows(tail)
+    assert [(r.label, r.value) for r in rows] == reference_bar_rows(tail, 8)
+    assert rows[-1].label == "Other" and sum(r.value for r in rows) == sum(tail.values())
+
+
 def test_funnel_is_relative_to_the_first_step() -> None:
     steps = funnel_steps([("Clicks", 200), ("Installs", 50), ("Opens", 250), ("Conversions", 0)])
     assert [s.of_first for s in steps] == [100, 25, 125, 0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import logging
 import re
+import threading
 import uuid
 from html.parser import HTMLParser
 from typing import Any
@@ -18,6 +19,7 @@ import segno
 from werkzeug.datastructures import MultiDict
 
 from storage import layout, links_store
+from storage.analytics_store import AnalyticsStore
 from storage.codec import encode
 from svc_engine.errors import DestinationBlocked, ValidationError
 from svc_engine.ids import new_id
@@ -533,6 +535,39 @@ async def test_link_page_charts_clicks_funnel_methods_countries_referrers(app: A
     listing = (await m.get("/dashboard/links")).text
     row = listing[listing.index("Charted"):]
     assert re.search(r'class="num cell-clicks">4<', row)
+    await m.aclose()
+
+
+async def test_link_page_reads_its_analytics_in_a_worker_thread(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long tail of referrer hosts is 100,000s of counter rows: the page
+    reads them off the event loop (``Services.off_loop``), once (its funnel
+    is the summary's totals, not a second scan)."""
+    loop_thread = threading.get_ident()
+    threads: list[int] = []
+    real_summary = AnalyticsStore.summary
+
+    def summary(self: AnalyticsStore, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        threads.append(threading.get_ident())
+        return real_summary(self, *args, **kwargs)
+
+    def funnel(self: AnalyticsStore, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise AssertionError("the page takes its funnel from the summary's totals")
+
+    monkeypatch.setattr(AnalyticsStore, "summary", summary)
+    monkeypatch.setattr(AnalyticsStore, "funnel", funnel)
+    ln = await api_link(app, title="Threaded")
+    async with app.client(**{"user-agent": IOS_UA, "referer": "https://news.example.com/"}) as c:
+        await c.get(f"/{ln['slug']}")
+    await app.flush()
+    m = await signed_in(app, owner(app))
+    page = await m.get(f"/dashboard/links/{ln['id']}?days=90")
+    assert page.status_code == 200
+    assert len(threads) == 1 and threads[0] != loop_thread
+    tiles = re.findall(r'<span class="stat-label">(\w+)</span><span class="stat-value">(\d+)',
+                       page.text)
+    assert tiles == [("Clicks", "1"), ("Installs", "0"), ("Opens", "0"), ("Conversions", "0")]
+    assert "<td>news.example.com</td><td class=\"num\">1</td>" in page.text
     await m.aclose()
 
 

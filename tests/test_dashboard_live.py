@@ -161,9 +161,10 @@ async def test_newest_first_reads_honour_since_and_limit(app: App) -> None:
     assert dashboard_reads.find_click(store, app.project_id, Mode.LIVE, newest.id,
                                       newest.at_ms) is None
     assert dashboard_reads.recent_clicks(store, app.project_id, Mode.LIVE) == []
-    assert len(dashboard_reads.clicks_of_link(store, app.project_id, Mode.TEST, ln["id"])) == 5
+    assert len(dashboard_reads.clicks_of_link(store, app.project_id, Mode.TEST,
+                                              ln["id"]).clicks) == 5
     assert dashboard_reads.clicks_of_link(store, app.project_id, Mode.TEST,
-                                          str(uuid.uuid4())) == []
+                                          str(uuid.uuid4())).clicks == []
     installs = [new_install() for _ in range(4)]
     async with app.client("pk_test", **SDK) as c:
         for iid in installs:

@@ -107,7 +107,7 @@ def test_a_full_disk_refuses_writes_with_503_and_loses_nothing(
         resource.prlimit(srv.proc.pid, resource.RLIMIT_FSIZE, (INF, INF))
         retry = sdk.post("/v1/sdk/events", headers={"idempotency-key": f"fill-{i}"}, json=body)
         assert retry.status_code == 200, retry.text
-        assert retry.json() == {"accepted": 100, "duplicates": 0}
+        assert retry.json() == {"accepted": 100, "duplicates": 0, "rejected": []}
         after = server.post("/v1/links", json={"path": "/after", "slug": "after"},
                             headers={"idempotency-key": "link-after"})
         assert after.status_code == 201, after.text

@@ -177,10 +177,11 @@ async def put_v1(store: LmdbStore, event_id: str, occurred_ms: int, received_ms:
 async def test_a_batch_is_stored_deduplicated_and_read_back(store: LmdbStore) -> None:
     events = await registered(store)
     items = [ev(i, occurredAt=f"2026-11-01T10:00:0{i % 2}.{100 + i}Z") for i in range(6)]
-    assert (await record(events, items)).to_json() == {"accepted": 6, "duplicates": 0}
+    assert (await record(events, items)).to_json() == {"accepted": 6, "duplicates": 0,
+                                                        "rejected": []}
     late = ev(7, occurredAt="2026-11-01T10:00:00.050Z")  # earlier, but it arrives later
     again = await record(events, [items[0], late, late], now=NOW + 5)
-    assert again.to_json() == {"accepted": 1, "duplicates": 2}
+    assert again.to_json() == {"accepted": 1, "duplicates": 2, "rejected": []}
     got = events.get(PROJECT, Mode.LIVE, INSTALL, items[3]["id"])
     assert got is not None and orjson.loads(got.json) == items[3]
     assert (got.occurred_at_ms, got.received_at_ms, got.install_id) == (
@@ -205,7 +206,8 @@ async def test_version_1_records_are_read_deduplicated_and_purged(store: LmdbSto
         1_793_527_200_123, NOW - 10)
     assert orjson.loads(got.json) == old
     new = ev(2, occurredAt="2026-11-01T10:00:00.124Z")
-    assert (await record(events, [old, new])).to_json() == {"accepted": 1, "duplicates": 1}
+    assert (await record(events, [old, new])).to_json() == {"accepted": 1, "duplicates": 1,
+                                                             "rejected": []}
     # both in one range; within their second, a version 1 key (exact ms) sorts
     # after the version 2 keys (the second's start)
     assert [e.id for p in events.pages(PROJECT, Mode.LIVE, 0, NOW) for e in p] == [
@@ -244,9 +246,10 @@ def test_the_sent_time_is_read_back_from_either_json(text: str, ms: int) -> None
 async def test_a_resent_event_from_a_clock_ahead_is_a_duplicate(store: LmdbStore) -> None:
     events = await registered(store)
     ahead = ev(1, occurredAt="2999-01-01T00:00:00Z")  # clamped to each arrival
-    assert (await record(events, [ahead])).to_json() == {"accepted": 1, "duplicates": 0}
+    assert (await record(events, [ahead])).to_json() == {"accepted": 1, "duplicates": 0,
+                                                          "rejected": []}
     again = await record(events, [ahead, ev(2)], now=NOW + 60_000)
-    assert again.to_json() == {"accepted": 1, "duplicates": 1}
+    assert again.to_json() == {"accepted": 1, "duplicates": 1, "rejected": []}
     got = events.get(PROJECT, Mode.LIVE, INSTALL, ahead["id"])
     assert got is not None and got.occurred_at_ms == got.received_at_ms == NOW
 
@@ -327,7 +330,7 @@ async def test_migration_to_schema_4_orders_the_dedup_entries_by_time(
             await n.start(s.writer.run)
             events = EventsStore(s)
             again = await record(events, [*items, ev(9), ev(10)], now=NOW + 5)
-            assert again.to_json() == {"accepted": 1, "duplicates": 6}
+            assert again.to_json() == {"accepted": 1, "duplicates": 6, "rejected": []}
             assert await events.purge(NOW + 6) == 7
             s.writer.close()
         with s.read() as reading:

@@ -1,7 +1,8 @@
-"""Custom events through the ASGI front: batch limits, validation that names the
-first bad event and field and stores nothing, deduplication inside and across
-batches, Idempotency-Key replays, unknown installs, and the analytics counts
-and exports after each step."""
+"""Custom events through the ASGI front: batch limits, validation that keeps
+the good events of a batch and names each bad one (a bad envelope, or a batch
+of only bad events, stores nothing), deduplication inside and across batches,
+Idempotency-Key replays, unknown installs, and the analytics counts and
+exports after each step."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import attrs
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from svc_engine.events import utc_day
 from svc_engine.links import iso_utc
@@ -91,6 +93,19 @@ def error(body: Any) -> tuple[str, str | None]:
     return body["error"]["code"], body["error"].get("field")
 
 
+def ok(accepted: int, duplicates: int, *rejected: tuple[int, str, str]) -> dict[str, Any]:
+    """The 200 answer; ``rejected`` as (index, field, message after the field)."""
+    return {"accepted": accepted, "duplicates": duplicates, "rejected": [
+        {"index": i, "field": f, "code": "validation_error", "message": f"{f}: {m}"}
+        for i, f, m in rejected]}
+
+
+def rejected_total(app: App) -> float:
+    families = text_string_to_metric_families(app.front.metrics.render().decode())
+    (sample,) = next(f for f in families if f.name == "svc_events_rejected").samples
+    return float(sample.value)
+
+
 # --- batch limits ----------------------------------------------------------------------
 
 
@@ -100,7 +115,7 @@ async def test_batch_limits(ev: Events, count: int, status: int) -> None:
     code, body, _ = await ev.send(sent)
     assert code == status
     if status == 200:
-        assert body == {"accepted": count, "duplicates": 0}
+        assert body == ok(count, 0)
         assert await ev.conversions() == count
         assert sorted(await ev.exported_ids()) == sorted(e["id"] for e in sent)
     else:
@@ -109,27 +124,32 @@ async def test_batch_limits(ev: Events, count: int, status: int) -> None:
         assert await ev.exported_ids() == []
 
 
-@pytest.mark.parametrize(("length", "status"), [(0, 400), (1, 200), (100, 200), (101, 400)])
-async def test_name_lengths(ev: Events, length: int, status: int) -> None:
-    good = [event("ok", at=ev.at()), event("ok", at=ev.at())]
-    code, body, _ = await ev.send([*good, event("n" * length, at=ev.at())])
-    assert code == status
-    if status == 200:
-        assert body == {"accepted": 3, "duplicates": 0}
+@pytest.mark.parametrize(("length", "good"), [(0, False), (1, True), (100, True),
+                                              (101, False)])
+async def test_name_lengths(ev: Events, length: int, good: bool) -> None:
+    ok_events = [event("ok", at=ev.at()), event("ok", at=ev.at())]
+    code, body, _ = await ev.send([*ok_events, event("n" * length, at=ev.at())])
+    assert code == 200
+    if good:
+        assert body == ok(3, 0)
         assert (await ev.summary())["conversions"]["byName"] == {"ok": 2, "n" * length: 1}
     else:
-        # the first bad event and field are named, and nothing of the batch is stored
-        assert error(body) == ("validation_error", "events[2].name")
-        assert await ev.conversions() == 0
-        code, body, _ = await ev.send(good)
-        assert (code, body) == (200, {"accepted": 2, "duplicates": 0})
+        # the bad event is named and left out; the good ones are stored
+        assert body == ok(2, 0, (2, "events[2].name", "must be 1 to 100 characters"))
+        assert (await ev.summary())["conversions"]["byName"] == {"ok": 2}
+        assert sorted(await ev.exported_ids()) == sorted(e["id"] for e in ok_events)
+        # alone, the bad event refuses its batch
+        code, body, _ = await ev.send([event("n" * length, at=ev.at())])
+        assert (code, error(body)) == (400, ("validation_error", "events[0].name"))
+        assert body["error"]["message"] == "events[0].name: must be 1 to 100 characters"
+        assert await ev.conversions() == 2
 
 
 async def test_non_uuid_link_id(ev: Events) -> None:
     code, body, _ = await ev.send([event(at=ev.at()), event(link="not-a-uuid", at=ev.at())])
-    assert code == 400 and error(body) == ("validation_error", "events[1].linkId")
-    assert "events[1].linkId" in body["error"]["message"]
-    assert await ev.conversions() == 0
+    assert (code, body) == (200, ok(1, 0, (1, "events[1].linkId", "must be a UUID")))
+    assert "not-a-uuid" not in str(body)  # what the app sent is not echoed
+    assert await ev.conversions() == 1
 
 
 @pytest.mark.parametrize("properties", [[1, 2], "text", 3, True])
@@ -141,19 +161,61 @@ async def test_properties_that_are_not_an_object(ev: Events, properties: object)
     assert await ev.conversions() == 0
 
 
-async def test_other_field_errors_name_the_first_bad_event(ev: Events) -> None:
+async def test_other_field_errors_name_each_bad_event(ev: Events) -> None:
     cases: list[tuple[dict[str, Any], str]] = [
-        ({"id": "x"}, "events[1].id"),
-        ({"occurredAt": "yesterday"}, "events[1].occurredAt"),
-        ({"occurredAt": "2026-02-30T10:00:00Z"}, "events[1].occurredAt"),
+        ({"id": "x"}, "id"),
+        ({"occurredAt": "yesterday"}, "occurredAt"),
+        ({"occurredAt": "2026-02-30T10:00:00Z"}, "occurredAt"),
     ]
     for change, field in cases:
         bad = {**event(at=ev.at()), **change}
         code, body, _ = await ev.send([event(at=ev.at()), bad, {"id": 1}])
+        assert code == 200 and body["accepted"] == 1
+        assert [(r["index"], r["field"]) for r in body["rejected"]] == [
+            (1, f"events[1].{field}"), (2, "events[2].id")]
+        # a batch of only bad events names the first, and stores nothing
+        code, body, _ = await ev.send([bad, {"id": 1}])
+        assert (code, error(body)) == (400, ("validation_error", f"events[0].{field}"))
+    assert await ev.conversions() == 3
+    # a bad envelope refuses the batch, whatever its events
+    for raw, field in [({"installId": "nope", "events": [event()]}, "installId"),
+                       ({"installId": ev.install, "events": [event(at=ev.at())] * 101},
+                        "events")]:
+        code, body, _ = await ev.send([], raw=raw)
         assert (code, error(body)) == (400, ("validation_error", field))
-    code, body, _ = await ev.send([], raw={"installId": "nope", "events": [event()]})
-    assert (code, error(body)) == (400, ("validation_error", "installId"))
-    assert await ev.conversions() == 0
+    assert await ev.conversions() == 3
+
+
+async def test_an_oversize_event_is_refused_and_the_rest_of_its_batch_kept(
+        ev: Events) -> None:
+    """The SDK cannot measure the 8 KiB of properties; it drops a refused
+    batch. So the one event over the limit is named and the others stored."""
+    batch = [event("a", at=ev.at()), event("big", at=ev.at(), blob="x" * 8200),
+             event("b", at=ev.at(), revenue=2, currency="EUR")]
+    assert rejected_total(ev.app) == 0
+    code, body, first = await ev.send(batch, key="flush-big")
+    assert code == 200
+    assert body == ok(2, 0, (1, "events[1].properties", "larger than 8192 bytes as JSON"))
+    assert list(body) == ["accepted", "duplicates", "rejected"]
+    assert "xxxx" not in first.text  # what the app sent is not echoed
+    assert sorted(await ev.exported_ids()) == sorted([batch[0]["id"], batch[2]["id"]])
+    summary = (await ev.summary())["conversions"]
+    assert summary["byName"] == {"a": 1, "b": 1} and summary["revenue"] == {"EUR": "2"}
+    assert rejected_total(ev.app) == 1
+    # the retry under the same key: the recorded answer, byte for byte, counted once
+    code, _, again = await ev.send(batch, key="flush-big")
+    assert code == 200 and again.content == first.content
+    assert again.headers["idempotent-replayed"] == "true"
+    assert rejected_total(ev.app) == 1
+    # the same batch under a new key: the good ones are duplicates now
+    code, body, _ = await ev.send(batch, key="flush-big-2")
+    assert body == ok(0, 2, (1, "events[1].properties", "larger than 8192 bytes as JSON"))
+    assert rejected_total(ev.app) == 2
+    assert await ev.conversions() == 2
+    # an unknown install stores nothing, its bad events notwithstanding
+    code, body, _ = await ev.send(batch, install=new_install())
+    assert (code, error(body)) == (404, ("install_not_found", None))
+    assert await ev.conversions() == 2 and rejected_total(ev.app) == 2
 
 
 # --- deduplication and idempotency -------------------------------------------------------
@@ -163,7 +225,7 @@ async def test_duplicate_inside_one_batch(ev: Events) -> None:
     a, b = event("a", at=ev.at()), event("b", at=ev.at())
     copy = {**a, "name": "changed"}  # same id: a duplicate whatever it carries
     code, body, _ = await ev.send([a, b, copy, a])
-    assert (code, body) == (200, {"accepted": 2, "duplicates": 2})
+    assert (code, body) == (200, ok(2, 2))
     summary = await ev.summary()
     assert summary["conversions"]["total"] == 2
     assert summary["conversions"]["byName"] == {"a": 1, "b": 1}
@@ -172,9 +234,9 @@ async def test_duplicate_inside_one_batch(ev: Events) -> None:
 
 async def test_duplicate_across_two_batches(ev: Events) -> None:
     a, b, c = (event(at=ev.at()) for _ in range(3))
-    assert (await ev.send([a, b]))[:2] == (200, {"accepted": 2, "duplicates": 0})
-    assert (await ev.send([b, c]))[:2] == (200, {"accepted": 1, "duplicates": 1})
-    assert (await ev.send([a, b, c]))[:2] == (200, {"accepted": 0, "duplicates": 3})
+    assert (await ev.send([a, b]))[:2] == (200, ok(2, 0))
+    assert (await ev.send([b, c]))[:2] == (200, ok(1, 1))
+    assert (await ev.send([a, b, c]))[:2] == (200, ok(0, 3))
     assert await ev.conversions() == 3
     assert sorted(await ev.exported_ids()) == sorted(e["id"] for e in (a, b, c))
 
@@ -182,13 +244,13 @@ async def test_duplicate_across_two_batches(ev: Events) -> None:
 async def test_same_batch_with_same_and_new_idempotency_key(ev: Events) -> None:
     batch = [event(at=ev.at()) for _ in range(5)]
     code, first, r1 = await ev.send(batch, key="flush-1")
-    assert (code, first) == (200, {"accepted": 5, "duplicates": 0})
+    assert (code, first) == (200, ok(5, 0))
     code, _, r2 = await ev.send(batch, key="flush-1")
     assert code == 200 and r2.content == r1.content
     assert r2.headers["idempotent-replayed"] == "true"
     assert await ev.conversions() == 5
     code, again, r3 = await ev.send(batch, key="flush-2")
-    assert (code, again) == (200, {"accepted": 0, "duplicates": 5})
+    assert (code, again) == (200, ok(0, 5))
     assert "idempotent-replayed" not in r3.headers
     assert await ev.conversions() == 5
     # the same key with another batch is refused, and stores nothing
@@ -255,7 +317,7 @@ async def test_revenue_per_currency_and_link_scope(ev: Events) -> None:
              event("refund", link=lid, at=ev.at(), revenue=-0.05, currency="USD"),
              event("signup", link=lid, at=ev.at(), revenue="12", currency="USD"),  # no revenue
              event("odd", at=ev.at(), revenue=3, currency="usd")]  # not ISO 4217 shaped
-    assert (await ev.send(batch))[:2] == (200, {"accepted": 6, "duplicates": 0})
+    assert (await ev.send(batch))[:2] == (200, ok(6, 0))
     project = (await ev.summary())["conversions"]
     assert project["revenue"] == {"EUR": "5", "USD": "0.25"}
     assert project["byName"] == {"purchase": 3, "odd": 1, "refund": 1, "signup": 1}
@@ -457,7 +519,7 @@ async def test_conversion_export_in_both_formats_over_many_pages(ev: Events) -> 
     for i in range(6):
         batch = [event(f"n{j % 3}", at=iso_utc(ev.now - DAY_MS + i * 1000 + j),
                        n=j, tags=["a", "b"]) for j in range(100)]
-        assert (await ev.send(batch))[:2] == (200, {"accepted": 100, "duplicates": 0})
+        assert (await ev.send(batch))[:2] == (200, ok(100, 0))
         sent += batch
     lines = (await ev.export("conversions")).splitlines()
     assert [orjson.loads(x)["id"] for x in lines] == [e["id"] for e in sent]  # time order
@@ -516,9 +578,9 @@ async def test_retention_purges_raw_events_and_keeps_aggregates(ev: Events) -> N
     assert EVENTS_RETENTION in Housekeeper(ev.app.services).jobs
     # dedup holds as long as the raw event: a purged id is new again, a kept one is not
     kept = event(at=ev.at())
-    assert (await ev.send([kept]))[:2] == (200, {"accepted": 1, "duplicates": 0})
+    assert (await ev.send([kept]))[:2] == (200, ok(1, 0))
     code, body, _ = await ev.send([old[0], kept])
-    assert (code, body) == (200, {"accepted": 1, "duplicates": 1})
+    assert (code, body) == (200, ok(1, 1))
 
 
 async def test_purge_keeps_late_arrivals_for_their_whole_period(ev: Events) -> None:
@@ -531,7 +593,7 @@ async def test_purge_keeps_late_arrivals_for_their_whole_period(ev: Events) -> N
     # the cutoff is past when it occurred, not when it was received: kept
     assert await store.purge(ev.now - 90 * DAY_MS) == 0
     assert store.get(ev.app.project_id, Mode.TEST, ev.install, late["id"]) is not None
-    assert (await ev.send([late]))[1] == {"accepted": 0, "duplicates": 1}
+    assert (await ev.send([late]))[1] == ok(0, 1)
 
 
 async def test_dedup_is_per_install(ev: Events) -> None:
@@ -539,10 +601,10 @@ async def test_dedup_is_per_install(ev: Events) -> None:
     async with ev.app.client("pk_test", **SDK) as c:
         assert (await c.post("/v1/sdk/init", json=init_body(other, "ios"))).status_code == 200
     e = event(at=ev.at())
-    assert (await ev.send([e]))[1] == {"accepted": 1, "duplicates": 0}
-    assert (await ev.send([e]))[1] == {"accepted": 0, "duplicates": 1}
+    assert (await ev.send([e]))[1] == ok(1, 0)
+    assert (await ev.send([e]))[1] == ok(0, 1)
     # a working SDK never reuses an id across installs; if one did, both are kept
-    assert (await ev.send([e], install=other))[1] == {"accepted": 1, "duplicates": 0}
+    assert (await ev.send([e], install=other))[1] == ok(1, 0)
 
 
 # --- the benchmark's parse-only endpoint ------------------------------------------------------
@@ -589,13 +651,13 @@ async def test_stored_events_reach_a_webhook_endpoint_as_conversions(
         await add_endpoint(app, receiver.url, events=["conversion"])
         a = event("purchase", at=ev.at(), revenue=3, currency="EUR")
         b = event("signup", at=ev.at())
-        assert (await ev.send([a, b, a]))[1] == {"accepted": 2, "duplicates": 1}
+        assert (await ev.send([a, b, a]))[1] == ok(2, 1)
         hits = list(await receiver.wait_for(2))
-        assert (await ev.send([a]))[1] == {"accepted": 0, "duplicates": 1}
+        assert (await ev.send([a]))[1] == ok(0, 1)
         # the duplicate is not published again: a later event is the third
         # delivery made (the outbox is read in order), and the third one seen
         c = event("later", at=ev.at())
-        assert (await ev.send([c]))[1] == {"accepted": 1, "duplicates": 0}
+        assert (await ev.send([c]))[1] == ok(1, 0)
         later = await receiver.wait_for(3)
         await app.flush()
         async with app.client("sk_test") as api:

@@ -55,7 +55,7 @@ class Stream:
                         self.in_flight.append((key, body))
                     return
                 assert r.status_code == 200, r.text
-                assert r.json() == {"accepted": 100, "duplicates": 0}
+                assert r.json() == {"accepted": 100, "duplicates": 0, "rejected": []}
                 with self.lock:
                     self.acked.append((key, body))
                     if len(self.acked) >= ACKED_BEFORE_KILL:
@@ -92,10 +92,10 @@ def test_sigkill_during_a_stream_of_acknowledged_batches(
         # an acknowledged batch sent again under a new key: all duplicates
         key, body = stream.acked[0]
         r = c.post("/v1/sdk/events", content=body, headers={"idempotency-key": "again"})
-        assert r.json() == {"accepted": 0, "duplicates": 100}
+        assert r.json() == {"accepted": 0, "duplicates": 100, "rejected": []}
         # the same one under its own key: the stored answer, replayed
         r = c.post("/v1/sdk/events", content=body, headers={"idempotency-key": key})
-        assert r.json() == {"accepted": 100, "duplicates": 0}
+        assert r.json() == {"accepted": 100, "duplicates": 0, "rejected": []}
         assert r.headers["idempotent-replayed"] == "true"
         # the batches cut off by the kill, retried as the SDK does: stored once
         retried_ids: list[str] = []

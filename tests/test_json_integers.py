@@ -134,7 +134,8 @@ def test_events_refuse_an_integer_past_64_bits_and_keep_the_others(server: Serve
     kept = send(server, "pk_test", "POST", "/v1/sdk/events",
                 batch('{"u": 18446744073709551615, "i": -9223372036854775808, '
                       f'"s": "{BIG}", "revenue": 12, "currency": "EUR"}}'))
-    assert kept.status_code == 200 and kept.json() == {"accepted": 1, "duplicates": 0}
+    assert kept.status_code == 200
+    assert kept.json() == {"accepted": 1, "duplicates": 0, "rejected": []}
     with server.client("sk_test") as c:
         exported = c.get("/v1/export/conversions", params={"from": "2026-01-01"}).text
         summary: dict[str, Any] = c.get("/v1/analytics/summary",

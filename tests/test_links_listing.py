@@ -101,11 +101,15 @@ async def test_a_search_reads_a_bounded_page_and_goes_on_by_cursor(
         x.id for x in made[:-4:-1]]
 
 
-texts = st.text(alphabet="aAkKiI \u0130\u212a\u00e9-/", max_size=6)
+# ASCII, İ and the Kelvin sign (lowercase to ASCII), a combining dot (İ's
+# lowercase ends with one), cased letters (é/É, the Greek capital sigma and
+# its two lowercase forms, ß), caseless ones (日, a digit), a tab
+texts = st.text(alphabet="aAkKiI \u0130\u212a\u0307\u00e9\u00c9\u03a3\u03c3\u03c2\u00df"
+                         "\u65e51\t-/", max_size=6)
 
 
-@settings(max_examples=400, deadline=None)
-@given(slug=st.text(alphabet="aAkKiI\u0130\u212a-", min_size=1, max_size=5),
+@settings(max_examples=600, deadline=None)
+@given(slug=st.text(alphabet="aAkKiI\u0130\u212a\u00e9\u65e5-", min_size=1, max_size=5),
        path=texts, title=st.none() | texts, campaign=st.none() | texts,
        tags=st.lists(texts, max_size=2), query=st.none() | texts.filter(bool),
        want_campaign=st.none() | texts, want_tag=st.none() | texts)
@@ -113,22 +117,54 @@ def test_a_record_skipped_from_its_bytes_never_matches(
         slug: str, path: str, title: str | None, campaign: str | None, tags: list[str],
         query: str | None, want_campaign: str | None, want_tag: str | None) -> None:
     """``_may_match`` says no only when ``_matches`` says no (İ and the Kelvin
-    sign lowercase to ASCII; a search with a space may span two fields)."""
+    sign lowercase to ASCII; a search with a space may span two fields;
+    cased non-ASCII letters are not looked for in the bytes)."""
     x = attrs.evolve(link(0, NOW), slug=slug, path=path, title=title, campaign=campaign,
                      tags=tags)
     q = query.lower() if query else None
     needles = [v.encode() for v in (want_campaign, None, want_tag) if v]
     if links_store._matches(x, want_campaign, None, want_tag, q):
-        assert links_store._may_match(encode(x), needles, links_store._search_bytes(q))
+        assert links_store._may_match(encode(x), needles, links_store._search_runs(q))
 
 
 @pytest.mark.parametrize(("fields", "query"), [
     ({"slug": "ab", "path": "/cd"}, "ab /cd"),          # a search spanning two fields
     ({"slug": "x", "title": "\u212aelvin"}, "kelvin"),  # the Kelvin sign lowercases to k
     ({"slug": "x", "title": "\u0130stanbul"}, "i"),     # İ lowercases to i and a dot
+    ({"slug": "x", "title": "\u0130\u65e5"}, "\u0307\u65e5"),  # ... the dot, then 日
+    ({"slug": "x", "title": "CAF\u00c9 \u65e5\u672c"}, "caf\u00e9 \u65e5"),  # É is é
+    ({"slug": "x", "title": "\u039f\u0394\u039f\u03a3"}, "\u03bf\u03b4\u03bf\u03c2"),  # ΟΔΟΣ
 ])
 def test_the_searches_bytes_cannot_judge_are_decided_by_the_fields(
         fields: dict[str, str], query: str) -> None:
     x = attrs.evolve(link(0, NOW), **fields)  # type: ignore[arg-type]
     assert links_store._matches(x, None, None, None, query)
-    assert links_store._may_match(encode(x), [], links_store._search_bytes(query))
+    assert links_store._may_match(encode(x), [], links_store._search_runs(query))
+
+
+@pytest.mark.parametrize(("query", "runs"), [
+    ("shoe", [b"shoe"]),
+    ("summer sale", [b"summer", b"sale"]),            # each part lies in one field
+    ("  a  b ", [b"a", b"b"]),
+    ("caf\u00e9 bar", [b"caf", b"bar"]),                # é may be É in the record
+    ("\u65e5\u672c 2026", ["\u65e5\u672c".encode(), b"2026"]),  # 日本 is 日本 there
+    ("\u00e9\u00e9", []), ("", []), ("   ", []),
+])
+def test_what_a_search_looks_for_in_the_bytes(query: str, runs: list[bytes]) -> None:
+    assert links_store._search_runs(query) == runs
+
+
+def test_a_kept_character_is_in_the_record_as_itself_over_all_of_unicode() -> None:
+    """What :func:`links_store._search_runs` relies on, checked for every
+    character there is: whatever lowercases to (or to text holding) a kept
+    character is that character itself (ASCII: in either case), a single
+    character, or one of ``_LOWER_TO_ASCII`` (which the bytes check looks for)."""
+    odd = {c.decode() for c in links_store._LOWER_TO_ASCII}
+    for code in range(0x110000):
+        c = chr(code)
+        low = c.lower()
+        for x in low:
+            if not links_store._kept(x) or c in odd:
+                continue
+            assert low == x, (hex(code), low)
+            assert c == x or (c.isascii() and c.lower() == x), (hex(code), x)

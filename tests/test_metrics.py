@@ -165,7 +165,9 @@ async def test_requests_are_counted_by_family_and_parts_report(metered: App) -> 
     assert 0 < value(fams, "svc_store_used_bytes") <= value(fams, "svc_store_map_size_bytes")
     assert value(fams, "svc_webhook_endpoints") == 0
     assert value(fams, "svc_webhook_endpoints_overflowed") == 0
+    assert value(fams, "svc_webhook_body_cache_bytes") == 0  # no endpoint, nothing fanned out
     assert value(fams, "svc_timer_deadlines_held") >= 0
+    assert value(fams, "svc_events_rejected_total") == 0
     assert value(fams, "process_resident_memory_bytes") > 1 << 20
     assert value(fams, "svc_build_info", version="0.1.0") == 1
     for private in ("spring-sale", "no-such-link", "/p/1", "Chrome", "example.com",

@@ -299,10 +299,14 @@ def test_name_length_accepted(length: int) -> None:
 @pytest.mark.parametrize("length", [0, 101])
 def test_name_length_rejected(length: int) -> None:
     body = batch([event(), event(), event(), event(name="n" * length)])
-    with pytest.raises(ValidationError) as info:
-        parse_events_batch(body, now_ms=NOW)
-    assert info.value.field == "events[3].name"
-    assert info.value.message == "events[3].name: must be 1 to 100 characters"
+    parsed = parse_events_batch(body, now_ms=NOW)  # the others are kept
+    assert len(parsed.events) == 3
+    assert [(r.index, r.field, r.message) for r in parsed.rejected] == [
+        (3, "events[3].name", "events[3].name: must be 1 to 100 characters")]
+    with pytest.raises(ValidationError) as info:  # alone, it refuses its batch
+        parse_events_batch(batch([event(name="n" * length)]), now_ms=NOW)
+    assert info.value.field == "events[0].name"
+    assert info.value.message == "events[0].name: must be 1 to 100 characters"
 
 
 @pytest.mark.parametrize(("over", "field"), [
@@ -330,8 +334,11 @@ def test_name_length_rejected(length: int) -> None:
     ({"occurredAt": "1969-12-31T23:59:59Z"}, "occurredAt"),
 ])
 def test_event_rejects(over: dict[str, Any], field: str) -> None:
-    body = batch([event(), event(**over)])
-    assert field_of(lambda: parse_events_batch(body, now_ms=NOW)) == f"events[1].{field}"
+    parsed = parse_events_batch(batch([event(), event(**over)]), now_ms=NOW)
+    assert len(parsed.events) == 1  # the good one is kept
+    assert [r.field for r in parsed.rejected] == [f"events[1].{field}"]
+    alone = batch([event(**over)])
+    assert field_of(lambda: parse_events_batch(alone, now_ms=NOW)) == f"events[0].{field}"
 
 
 @pytest.mark.parametrize("item", [None, [], "purchase", 3])

@@ -22,6 +22,7 @@ class Api:
         # Route modules register themselves (and their OpenAPI operations).
         from web import api_events, api_links, api_sdk, api_settings, api_webhooks, openapi
 
+        self.event_statistics = api_events.EventStatistics()  # read by /metrics
         for module in (api_settings, api_links, api_sdk, api_events, api_webhooks):
             module.register(self)
         doc = orjson.dumps(openapi.document(services.config.base_url))

@@ -2,7 +2,9 @@
 
 SDK (publishable key):
     POST /v1/sdk/events          {"installId", "events": [1..100 events]}
-                                 -> 200 {"accepted": N, "duplicates": M}
+                                 -> 200 {"accepted": N, "duplicates": M,
+                                         "rejected": [{"index", "field", "code",
+                                                       "message"}, ...]}
 Server (secret key; the key's project and mode):
     GET  /v1/analytics/summary   ?from=YYYY-MM-DD&to=YYYY-MM-DD[&linkId=UUID]
     GET  /v1/analytics/links/{id}          the same for one link
@@ -16,15 +18,23 @@ Benchmark only (``SVC_BENCH_ENDPOINTS=1`` in the environment; never on by defaul
 
 The events batch is the hot path: the body is decoded once (orjson), checked
 (``svc_engine.event_batch.parse_event_rows``: a column-at-a-time fast check of
-the usual shape, the engine's per-event rules for the rest, the first bad
-event and field named in a 400), made into its stored records
-(``storage.event_records.NewEvents``: the properties of all events encoded by
-one orjson call), and stored by one write op (storage/events_store.py) whose
-commit is awaited before the answer, so an acknowledged event is durable. A
-batch is all or nothing: a malformed one stores nothing. Events whose
-``linkId`` names no link of the project are stored and counted as given: the
-link may have been deleted since the tap, and refusing would make the SDK
-drop the whole batch.
+the usual shape, the engine's per-event rules for the rest), made into its
+stored records (``storage.event_records.NewEvents``: the properties of all
+events encoded by one orjson call), and stored by one write op
+(storage/events_store.py) whose commit is awaited before the answer, so an
+acknowledged event is durable.
+
+What a bad event costs (the SDK drops a refused batch, and cannot check
+every rule itself): a bad envelope (body, ``installId``, ``events`` not a
+list of 1 to 100) is a 400 and stores nothing; a bad event is left out and
+listed in the 200's ``rejected`` (index, field, code, message), the others
+stored, counted and deduplicated as usual; a batch whose every event is bad
+is a 400 naming the first, and stores nothing. The answer, ``rejected``
+included, is what an Idempotency-Key replays. Refused events are counted for
+``/metrics`` (``svc_events_rejected_total``, :class:`EventStatistics`), never
+logged (they are the app's data). Events whose ``linkId`` names no link of
+the project are stored and counted as given: the link may have been deleted
+since the tap, and refusing would lose the event.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import orjson
 
 from storage.analytics_store import AnalyticsStore
@@ -72,6 +83,19 @@ EVENTS_BATCH: Schema = {
                 "occurredAt": {"type": "string", "format": "date-time"}}}},
     },
 }
+REJECTION: Schema = {
+    "type": "object", "required": ["index", "field", "code", "message"],
+    "properties": {"index": {"type": "integer", "minimum": 0, "maximum": 99},
+                   "field": {"type": "string"}, "code": {"enum": ["validation_error"]},
+                   "message": {"type": "string"}}}
+EVENTS_ANSWER: Schema = {
+    "type": "object", "required": ["accepted", "duplicates", "rejected"],
+    "properties": {
+        "accepted": {"type": "integer"}, "duplicates": {"type": "integer"},
+        "rejected": {"type": "array", "items": REJECTION,
+                     "description": "events refused by the rules, in batch order; the "
+                                    "others were stored. When every event is refused "
+                                    "the answer is 400 for the first."}}}
 SUMMARY: Schema = {
     "type": "object",
     "required": ["from", "to", "mode", "linkId", "clicks", "opens", "handoffOpens",
@@ -101,9 +125,7 @@ _EXPORT["responses"]["200"] = {"description": "one record a line", "content": {
 OPENAPI_PATHS: dict[str, dict[str, Any]] = {
     "/v1/sdk/events": {"post": op(
         "Report a batch of 1 to 100 custom events", key="sdk", body=EVENTS_BATCH,
-        answer={"type": "object", "required": ["accepted", "duplicates"], "properties": {
-            "accepted": {"type": "integer"}, "duplicates": {"type": "integer"}}},
-        errors=(404, 409), write=True)},
+        answer=EVENTS_ANSWER, errors=(404, 409), write=True)},
     "/v1/analytics/summary": {"get": op(
         "Counts of the project, or of one link, over a range of days", key="server",
         answer=SUMMARY, errors=(400, 404), params=(*_RANGE, query("linkId", UUID)))},
@@ -119,8 +141,9 @@ OPENAPI_PATHS: dict[str, dict[str, Any]] = {
 
 def validated(data: object, now_ms: int) -> tuple[str, NewEvents]:
     """The install id and the events of a batch body (decoded with orjson; the
-    checks bound the nesting), ready to store; 400 on the first bad event and
-    field."""
+    checks bound the nesting), ready to store, the refused ones in
+    ``NewEvents.rejected``; 400 on a bad envelope, or on the first event when
+    every one is refused."""
     rows = parse_event_rows(data, now_ms=now_ms, encode_all=encode_all)
     return rows.install_id, NewEvents.of(rows, received_at_ms=now_ms)
 
@@ -128,8 +151,17 @@ def validated(data: object, now_ms: int) -> tuple[str, NewEvents]:
 openapi.EXTRA_PATHS.update(OPENAPI_PATHS)  # documented on import, like the webhooks
 
 
+@attrs.define
+class EventStatistics:
+    """What the events route counts for ``/metrics`` (web/metrics_sources.py);
+    updated in the event loop's thread only, so plain integers."""
+
+    rejected: int = 0  # events refused by the rules in batches answered 200
+
+
 def register(api: Api) -> None:
     services = api.services
+    statistics = api.event_statistics
     events = EventsStore(services.store)
     analytics = AnalyticsStore(services.store)
     ok = json_render(200)
@@ -153,6 +185,8 @@ def register(api: Api) -> None:
             result = await events.record_batch(
                 project_id=ctx.project.id, mode=ctx.mode, install_id=install_id,
                 events=new, idem=slot.write(answer))
+            if result.rejected:  # counted once: a replay does not come here
+                statistics.rejected += len(result.rejected)
             return slot.respond(result, answer)
 
         return await api.idem.run(req, ctx.scope, body, run)
@@ -176,18 +210,24 @@ def register(api: Api) -> None:
         link_id = req.query().get("linkId") or None
         if link_id is not None:
             link_id = own_link(ctx, link_id, "linkId")
-        return json_response(200, analytics.summary(ctx.project.id, ctx.mode, days, link_id))
+        # Off the loop: a long tail of referrer hosts is 100,000s of counter
+        # rows and megabytes of JSON (encoded in the worker thread too).
+        return await services.off_loop(lambda: json_response(
+            200, analytics.summary(ctx.project.id, ctx.mode, days, link_id)))
 
     async def link_summary(req: Request) -> Response:
         ctx = api.server_auth(req)
         link_id = own_link(ctx, req.params["id"], "id")
         days = day_range(req, max_days=MAX_RANGE_DAYS)
-        return json_response(200, analytics.summary(ctx.project.id, ctx.mode, days, link_id))
+        return await services.off_loop(lambda: json_response(
+            200, analytics.summary(ctx.project.id, ctx.mode, days, link_id)))
 
     async def link_funnel(req: Request) -> Response:
         ctx = api.server_auth(req)
         link_id = own_link(ctx, req.params["id"], "id")
         days = day_range(req, max_days=MAX_RANGE_DAYS)
+        # Four exact reads a day (1-3 ms for a year): on the loop, so it does
+        # not queue behind long summaries for a read thread.
         return json_response(200, analytics.funnel(ctx.project.id, ctx.mode, link_id, days))
 
     async def export_records(req: Request) -> Response:
@@ -200,7 +240,8 @@ def register(api: Api) -> None:
                             days.end_ms)
         extension = "ndjson" if fmt == "ndjson" else "csv"
         filename = f"{kind}-{ctx.mode.value}-{days.first}-{days.last}.{extension}"
-        return StreamResponse(200, export.chunks(kind, fmt, rows), [
+        body = export.off_loop_body(services, ctx.project.id, export.chunks(kind, fmt, rows))
+        return StreamResponse(200, body, [
             (b"content-type", export.FORMATS[fmt]),
             (b"content-disposition", f'attachment; filename="{filename}"'.encode()),
             (b"cache-control", b"no-store")])

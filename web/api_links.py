@@ -92,10 +92,11 @@ def register(api: Api) -> None:
         if not 1 <= limit <= MAX_PAGE:
             raise ValidationError(f"limit must be 1 to {MAX_PAGE}", field="limit")
         try:
-            page = services.links.list(ctx.project.id, ctx.mode.value, limit=limit,
-                                       cursor=q.get("cursor") or None,
-                                       campaign=q.get("campaign"), channel=q.get("channel"),
-                                       tag=q.get("tag"), query=q.get("q") or None)
+            # in a worker thread: a filter may read LIST_SCAN_CAP (5,000) links
+            page = await services.off_loop(lambda: services.links.list(
+                ctx.project.id, ctx.mode.value, limit=limit,
+                cursor=q.get("cursor") or None, campaign=q.get("campaign"),
+                channel=q.get("channel"), tag=q.get("tag"), query=q.get("q") or None))
         except ValueError as e:
             if isinstance(e, ValidationError):
                 raise

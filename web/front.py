@@ -31,7 +31,13 @@ from web.auth import RateLimiter
 from web.client_facts import ClientFacts
 from web.http import Receive, Request, Response, Scope, Send, error_response, json_response
 from web.metrics import CONTENT_TYPE, Metrics, family_of, process_metrics, token_matches
-from web.metrics_sources import front_metrics, store_metrics, timer_metrics, webhook_metrics
+from web.metrics_sources import (
+    events_metrics,
+    front_metrics,
+    store_metrics,
+    timer_metrics,
+    webhook_metrics,
+)
 from web.redirector import Redirector
 from web.services import Services
 from web.wellknown import WellKnown
@@ -58,6 +64,7 @@ class Front:
         self.metrics = Metrics()
         for collect in (front_metrics(lambda: self.in_flight), store_metrics(services.store),
                         webhook_metrics(lambda: services.webhooks), timer_metrics(services.timer),
+                        events_metrics(self.api.event_statistics),
                         process_metrics(services.clock.now_ms() / 1000)):
             self.metrics.add(collect)
 

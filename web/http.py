@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -256,38 +256,51 @@ class Response:
 class StreamResponse(Response):
     """A response whose body is produced while it is sent, chunk by chunk.
 
-    ``chunks`` is a (synchronous) iterable of byte strings; each non-empty one
-    goes out as an ASGI body message with ``more_body``, so the server sends it
-    with chunked transfer encoding and applies backpressure between chunks.
-    The producer reads its source a bounded page at a time, so memory stays
-    constant however long the body. An error after the first chunk cannot
-    change the status any more: it is logged and the connection is cut, so the
-    client sees a truncated body rather than a complete-looking one."""
+    ``chunks`` is an iterable of byte strings, or an asynchronous one (an
+    export's body, each chunk made in a worker thread: web/export.py); each
+    non-empty one goes out as an ASGI body message with ``more_body``, so the
+    server sends it with chunked transfer encoding and applies backpressure
+    between chunks. The producer reads its source a bounded page at a time,
+    so memory stays constant however long the body. An error after the first
+    chunk cannot change the status any more: it is logged and the connection
+    is cut, so the client sees a truncated body rather than a complete-looking
+    one. ``chunks.close()``, when it has one, is called however the sending
+    ends (HEAD, done, failed, cut or cancelled)."""
 
     __slots__ = ("chunks",)
 
-    def __init__(self, status: int, chunks: Iterable[bytes],
+    def __init__(self, status: int, chunks: Iterable[bytes] | AsyncIterable[bytes],
                  headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
         super().__init__(status, b"", headers)
         self.chunks = chunks
 
     async def send(self, send: Send, *, head: bool = False) -> None:
-        await send({"type": "http.response.start", "status": self.status,
-                    "headers": self.headers})
-        if not head:
-            try:
-                for chunk in self.chunks:
-                    if chunk:
-                        await send({"type": "http.response.body", "body": chunk,
-                                    "more_body": True})
-            except Exception:
-                log.exception("streamed response failed after it started")
-                raise
-            finally:
-                close = getattr(self.chunks, "close", None)
-                if close is not None:
-                    close()
+        try:
+            await send({"type": "http.response.start", "status": self.status,
+                        "headers": self.headers})
+            if not head:
+                try:
+                    await self._send_chunks(send)
+                except Exception:
+                    log.exception("streamed response failed after it started")
+                    raise
+        finally:
+            close = getattr(self.chunks, "close", None)
+            if close is not None:
+                close()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _send_chunks(self, send: Send) -> None:
+        chunks = self.chunks
+        if isinstance(chunks, AsyncIterable):
+            async for chunk in chunks:
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk,
+                                "more_body": True})
+            return
+        for chunk in chunks:
+            if chunk:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
 
 def json_response(status: int, value: Any, headers: Iterable[tuple[bytes, bytes]] = ()

@@ -14,8 +14,9 @@ What is measured:
   becomes a label, and the series stay few;
 - gauges and counters read at scrape time from the part that owns each (the
   server's connections and load shedding, the front's requests in flight, the
-  store's writer and map, the webhook actor, the timer, the process), through
-  collectors registered with :meth:`Metrics.add`.
+  store's writer and map, the webhook actor, the timer, the events route's
+  refused events, the process), through collectors registered with
+  :meth:`Metrics.add`.
 
 One owner: :class:`Metrics` is the front's, called from its task only (the
 event loop's thread), so its counters are plain integers. Observing a request

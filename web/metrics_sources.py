@@ -9,6 +9,7 @@ from collections.abc import Callable
 from actors.timer import TimerActor
 from actors.webhooks import WebhookActor
 from storage.lmdb_store import LmdbStore
+from web.api_events import EventStatistics
 from web.metrics import Collector, Metric, counter, gauge
 from web.server import HttpServer
 
@@ -80,6 +81,9 @@ def webhook_metrics(webhooks: Callable[[], WebhookActor | None]) -> Collector:
             gauge("svc_webhook_endpoints_overflowed",
                   "Endpoints whose due deliveries wait in the store (their ready queue was "
                   "full).", s.endpoints_overflowed),
+            gauge("svc_webhook_body_cache_bytes",
+                  "Memory the cache of recently dispatched event bodies holds (at most "
+                  "16 MiB; fills with traffic).", s.body_cache_bytes),
             counter("svc_webhook_deliveries_created_total", "Deliveries created from events.",
                     s.deliveries_created),
             counter("svc_webhook_attempts_total", "Delivery attempts made.", s.attempts),
@@ -92,6 +96,15 @@ def webhook_metrics(webhooks: Callable[[], WebhookActor | None]) -> Collector:
                     "Delivery state writes that failed (the actor then reloads its state).",
                     s.write_failures),
         ]
+
+    return collect
+
+
+def events_metrics(events: EventStatistics) -> Collector:
+    def collect() -> list[Metric]:
+        return [counter("svc_events_rejected_total",
+                        "Custom events refused by the rules in batches otherwise accepted "
+                        "(listed in the answer, not stored).", events.rejected)]
 
     return collect
 

@@ -4,7 +4,8 @@ was not, attributed. Everyone may use it; it never writes.
 One page, driven by its query string (so a finding can be shared as a URL):
 
 - ``?link=`` a slug, a short URL or a link ID: the link, what a tap on it
-  does now from each kind of device, and its latest clicks;
+  does now from each kind of device, and its latest clicks (read in a worker
+  thread: ``dashboard_reads.clicks_of_link`` may read 100,000 clicks);
 - ``?click=<id>&at=<ms>`` one recorded click (from the recent clicks list):
   what was kept of it, whether it is still in the probabilistic window, and
   the redirect decision replayed with the current settings;
@@ -126,8 +127,10 @@ def register(dash: Dashboard) -> None:
                 extra["matrix"] = [simulate(link, device, DEFAULT_IOS, settings=settings,
                                             platforms=platforms, now_ms=now)
                                    for device, _ in DEVICES]
-                extra["link_clicks"] = clicks_of_link(dash.store, viewer.project.id,
-                                                      viewer.mode, link.id, LINK_CLICKS)
+                project_id, mode, link_id = viewer.project.id, viewer.mode, link.id
+                # in a worker thread: up to LINK_CLICK_SCAN clicks may be read
+                extra["link_clicks"] = await services.off_loop(lambda: clicks_of_link(
+                    dash.store, project_id, mode, link_id, LINK_CLICKS))
         if args.get("click"):
             extra.update(click_lookup(viewer, args.get("click", ""), args.get("at", ""),
                                       settings=settings, platforms=platforms, now_ms=now))

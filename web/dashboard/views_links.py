@@ -26,10 +26,11 @@ from quart.typing import ResponseReturnValue
 from storage import links_store
 from storage.analytics_store import AnalyticsStore
 from storage.dashboard_reads import link_click_totals
-from svc_engine.analytics import DayRange
+from svc_engine.analytics import DayRange, summary_funnel
 from svc_engine.errors import CallerError, InvalidDomain, NotFound, ValidationError
 from svc_engine.events import utc_day
 from svc_engine.ids import is_uuid, new_id
+from svc_engine.keys import Mode
 from svc_engine.links import (
     Link,
     apply_link_patch,
@@ -112,10 +113,13 @@ def register(dash: Dashboard) -> None:
         partial = False
         if viewer.project is not None:
             try:
-                page = links.list(viewer.project.id, viewer.mode.value, limit=PAGE_SIZE,
-                                  cursor=cursor, campaign=filters["campaign"] or None,
-                                  channel=filters["channel"] or None,
-                                  tag=filters["tag"] or None, query=filters["q"] or None)
+                project_id = viewer.project.id
+                # in a worker thread: a filter may read LIST_SCAN_CAP (5,000) links
+                page = await dash.services.off_loop(lambda: links.list(
+                    project_id, viewer.mode.value, limit=PAGE_SIZE,
+                    cursor=cursor, campaign=filters["campaign"] or None,
+                    channel=filters["channel"] or None,
+                    tag=filters["tag"] or None, query=filters["q"] or None))
             except ValueError:  # a cursor that is not hex, or not this project's
                 raise ValidationError("That page of links no longer exists; start from the "
                                       "first page.", field="cursor") from None
@@ -191,12 +195,14 @@ def register(dash: Dashboard) -> None:
         days = _int_arg("days", 30, RANGES)
         span = last_days(dash.now_ms(), days)
         assert viewer.project is not None
-        summary = analytics.summary(viewer.project.id, viewer.mode, span, link.id)
-        funnel = analytics.funnel(viewer.project.id, viewer.mode, link.id, span)
+        project_id, mode = viewer.project.id, viewer.mode
+        # A long tail of referrer hosts is 100,000s of counter rows: read and
+        # chart them in a worker thread, never on the loop every tap waits on.
+        stats = await dash.services.off_loop(
+            lambda: link_analytics(analytics, project_id, mode, link.id, span))
         return await dash.render(
             "link_detail.html", viewer, link=link, short_url=link.url(public_url=public_url()),
-            days=days, ranges=RANGES, span=span, stats=link_stats(summary, funnel),
-            now_ms=dash.now_ms())
+            days=days, ranges=RANGES, span=span, stats=stats, now_ms=dash.now_ms())
 
     @dash.page("/dashboard/links/<link_id>/edit", Action.LINKS_MANAGE)
     async def edit_link(viewer: Viewer, link_id: str) -> ResponseReturnValue:
@@ -258,6 +264,15 @@ def qr_code(url: str) -> Any:
 def last_days(now_ms: int, days: int) -> DayRange:
     last = date.fromisoformat(utc_day(now_ms))
     return DayRange((last - timedelta(days=days - 1)).isoformat(), last.isoformat())
+
+
+def link_analytics(analytics: AnalyticsStore, project_id: str, mode: Mode, link_id: str,
+                   span: DayRange) -> dict[str, Any]:
+    """A link page's charts over ``span``: one summary read (the funnel is its
+    totals, not a second read), its breakdowns left unsorted (``bar_rows``
+    ranks the few it shows). Blocking: the page runs it off the loop."""
+    summary = analytics.summary(project_id, mode, span, link_id, ranked=False)
+    return link_stats(summary, summary_funnel(summary))
 
 
 def link_stats(summary: dict[str, Any], funnel: dict[str, int]) -> dict[str, Any]:

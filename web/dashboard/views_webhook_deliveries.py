@@ -76,8 +76,10 @@ def register(dash: Dashboard) -> None:
         status = parse_status(request.args.get("status", "").strip())
         rows: list[Delivery] = []
         if viewer.project is not None:
-            rows = tables.recent(viewer.project.id, viewer.mode, limit=RECENT_LIMIT,
-                                 endpoint_id=chosen, status=status)
+            # in a worker thread: a rare status reads SCAN_CAP (20,000) deliveries
+            rows = await tables.recent_off_loop(
+                dash.services.off_loop, viewer.project.id, viewer.mode, limit=RECENT_LIMIT,
+                endpoint_id=chosen, status=status)
         filtering = bool(chosen or status)
         return await dash.render(
             "webhook_deliveries.html", viewer, rows=rows, by_id=endpoints,
