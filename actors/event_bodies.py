@@ -12,11 +12,13 @@ its output would hold about ten times the bound for the usual ~500-byte
 event (a soak run measured ~200 MiB held against the 16 MiB counted).
 
 The bound counts what an entry holds, not only its body: ``ENTRY_BYTES`` for
-its dict slot, its key and the body's object header. Keys are event ids alone
-(random, made by the service: no two events share one), not tuples that
-would keep each event's project and mode strings alive too: a soak run under
-tracemalloc found such keys holding ~370 bytes an entry beside a ~480-byte
-body, so the cache filled to about twice its bound.
+its dict slot, its key and the body's object header. A key is one string
+(:func:`body_key`: project, mode and event id), not a tuple that would keep
+each event's three strings alive: a soak run under tracemalloc found such
+keys holding ~370 bytes an entry beside a ~480-byte body, so the cache
+filled to about twice its bound. The project and mode are part of it: a
+conversion's event id is the one the app sent, which another project (or
+the other mode) may send too.
 """
 
 from __future__ import annotations
@@ -24,9 +26,14 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 MAX_BYTES = 16 << 20
-ENTRY_BYTES = 160
+ENTRY_BYTES = 200
 """What an entry holds beside its body's length: a dict slot (~40 bytes),
-an event id string (85) and the bytes object's header (33)."""
+its key (a string of ~80 characters: ~130) and the bytes object's header (33)."""
+
+
+def body_key(project_id: str, mode: str, event_id: str) -> str:
+    """An event body's key: event ids are unique within a project and mode only."""
+    return f"{project_id}|{mode}|{event_id}"
 
 
 class RecentBodies:

@@ -86,7 +86,7 @@ import orjson
 import trio
 
 from actors.clock import Clock
-from actors.event_bodies import RecentBodies
+from actors.event_bodies import RecentBodies, body_key
 from actors.mailbox import Mailbox
 from actors.signal import Wakeup
 from actors.timer import TimerActor
@@ -167,7 +167,7 @@ class WebhookActor:
         self._parked_plan: dict[str, set[str]] = {}
         # project id -> overflowed endpoints whose read-back waits for the plan
         self._held_refills: dict[str, set[str]] = {}
-        self._bodies = RecentBodies()  # of dispatched events, by event id
+        self._bodies = RecentBodies()  # of dispatched events (body_key)
         self._stats = WebhookStats()
 
     def statistics(self) -> WebhookStats:
@@ -238,7 +238,9 @@ class WebhookActor:
         (turning it off forgot its ready queue and overflow). A backlog of
         any size costs one read of it, not a deadline written, fired and
         removed again for each delivery. Attempts still in flight from
-        before the turn off (busy) are left to their reports."""
+        before the turn off (busy) are left to their reports, which cannot
+        land meanwhile: they are calls of this actor's mailbox, run after
+        this one, so once ``settle`` returns the store holds every state."""
         await self._writes.settle()  # the scan reads committed states
         now = self._clock.now_ms()
         plans: dict[str, bool] = {}
@@ -347,7 +349,7 @@ class WebhookActor:
         sent = {d.event_id for d in created}
         for _, fan in planned:
             if fan is not None and (made := fan.event).id in sent:
-                self._bodies.remember(made.id, made.body)
+                self._bodies.remember(body_key(made.project_id, made.mode, made.id), made.body)
         changes = Changes()
         for d in created:
             self._consider(d, changes, plans=plans)
@@ -371,7 +373,7 @@ class WebhookActor:
             self._writes.apply(changes)
 
     def _event_body(self, endpoint: Endpoint, event_id: str) -> bytes | None:
-        body = self._bodies.get(event_id)
+        body = self._bodies.get(body_key(endpoint.project_id, endpoint.mode, event_id))
         if body is None:
             event = self.tables.event(endpoint.project_id, endpoint.mode, event_id)
             body = event.body if event is not None else None

@@ -45,6 +45,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 import attrs
 import cbor2
 import lmdb
+import trio
 
 from storage import layout
 from storage.codec import decode, encode
@@ -68,7 +69,7 @@ so a status filter skips it undecoded; one with them is decoded to be sure
 (the same bytes could occur in, say, a response body)."""
 
 Reader = Callable[[Callable[[], list[Delivery]]], Awaitable[list[Delivery]]]
-"""How ``recent_off_loop`` runs its scan: ``Services.off_loop``."""
+"""How ``recent_off_loop`` runs its scan: a worker thread (``trio.to_thread.run_sync``)."""
 
 
 def attempt_deadline(d: Delivery) -> Deadline | None:
@@ -214,23 +215,26 @@ class WebhookStore:
         with self.store.read() as txn:
             return self._recent(txn, self._newer, project_id, mode, endpoint_id, status, limit)
 
-    async def recent_off_loop(self, run: Reader, project_id: str, mode: Mode, *,
-                              endpoint_id: str | None = None,
-                              status: DeliveryStatus | None = None,
-                              limit: int = 50) -> list[Delivery]:
-        """:meth:`recent` with its scan run by ``run`` (``Services.off_loop``: a
-        worker thread). What it reads is fixed here, on the event loop and in
-        one turn: the read transaction begins and the states the owner has not
+    async def recent_off_loop(self, reads: trio.CapacityLimiter, project_id: str,
+                              mode: Mode, *, endpoint_id: str | None = None,
+                              status: DeliveryStatus | None = None, limit: int = 50,
+                              run: Reader = trio.to_thread.run_sync) -> list[Delivery]:
+        """:meth:`recent` with its scan run in a worker thread (``run``),
+        once one of ``reads`` (``Services.reads``) is free: a listing waiting
+        for its turn holds no read transaction (no LMDB reader slot, no old
+        snapshot). What it reads is then fixed on the event loop, in one turn:
+        the read transaction begins and the states the owner has not
         committed are copied (``pending``), so the answer is the one
-        ``recent`` gives at this moment (a state committed meanwhile is not
+        ``recent`` gives at that moment (a state committed meanwhile is not
         read older from the transaction while the copy misses it)."""
-        txn = self.store.env.begin(buffers=False)
-        try:
-            newer = self._pending().get
-            return await run(lambda: self._recent(txn, newer, project_id, mode, endpoint_id,
-                                                  status, limit))
-        finally:
-            txn.abort()
+        async with reads:
+            txn = self.store.env.begin(buffers=False)
+            try:
+                newer = self._pending().get
+                return await run(lambda: self._recent(txn, newer, project_id, mode,
+                                                      endpoint_id, status, limit))
+            finally:
+                txn.abort()
 
     def _recent(self, txn: lmdb.Transaction, newer: Callable[[bytes], Delivery | None],
                 project_id: str, mode: Mode, endpoint_id: str | None,

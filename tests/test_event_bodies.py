@@ -7,7 +7,7 @@ import uuid
 
 import orjson
 
-from actors.event_bodies import ENTRY_BYTES, RecentBodies
+from actors.event_bodies import ENTRY_BYTES, RecentBodies, body_key
 
 
 def test_oldest_bodies_go_first_when_over_the_bound() -> None:
@@ -33,11 +33,13 @@ def test_a_body_larger_than_the_bound_is_not_kept_and_keys_are_kept_once() -> No
 def test_the_bound_is_what_the_cache_holds_keys_included() -> None:
     """orjson's output is allocated 4 KiB at least, so kept bodies are
     right-sized copies; and an entry's key, slot and header count against the
-    bound too (measured by tracemalloc, with the actor's keys: fresh event id
-    strings, and ~480-byte bodies as in a soak run)."""
+    bound too (measured by tracemalloc, with the actor's keys, ``body_key``,
+    and ~480-byte bodies as in a soak run)."""
     tracemalloc.start()
     try:
-        made = [(str(uuid.UUID(bytes=i.to_bytes(16, "big"), version=4)),
+        project = str(uuid.uuid4())
+        made = [(body_key(project, "test", str(uuid.UUID(bytes=i.to_bytes(16, "big"),
+                                                         version=4))),
                  orjson.dumps({"type": "click", "n": i, "pad": "x" * 400}))
                 for i in range(6000)]
         bodies = RecentBodies(max_bytes=1 << 20)

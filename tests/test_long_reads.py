@@ -15,6 +15,7 @@ import attrs
 import lmdb
 import pytest
 import trio
+import trio.testing
 
 from storage import dashboard_reads, links_store, webhooks_store
 from storage.attribution_store import AttributionStore
@@ -139,7 +140,7 @@ async def test_a_state_not_committed_yet_counts_for_the_status_filter(
                bytes.fromhex(b.id.replace("-", "")): attrs.evolve(b, status=DELIVERED)}
     tables.prefer(pending.get, lambda _: None, lambda: dict(pending))
     for found in (tables.recent(PROJECT, Mode.LIVE, status=FAILED),
-                  await tables.recent_off_loop(trio.to_thread.run_sync, PROJECT, Mode.LIVE,
+                  await tables.recent_off_loop(trio.CapacityLimiter(1), PROJECT, Mode.LIVE,
                                                status=FAILED)):
         assert [(d.id, d.status) for d in found] == [(a.id, FAILED)]
 
@@ -162,9 +163,43 @@ async def test_the_listing_in_a_thread_answers_as_at_the_call(store: LmdbStore) 
 
         return await trio.to_thread.run_sync(in_thread)
 
-    found = await tables.recent_off_loop(late, PROJECT, Mode.LIVE, status=DELIVERED)
+    found = await tables.recent_off_loop(trio.CapacityLimiter(1), PROJECT, Mode.LIVE,
+                                         status=DELIVERED, run=late)
     assert [d.id for d in found] == [a.id] and off_the_loop(threads)
     assert tables.recent(PROJECT, Mode.LIVE, status=DELIVERED) == []
+
+
+async def test_a_listing_waiting_for_a_read_thread_holds_no_read_transaction(
+        store: LmdbStore) -> None:
+    """Its transaction begins once a read thread is its own: queued listings
+    hold no LMDB reader slot (there are as many as requests in flight)."""
+    a = delivery(1, DELIVERED)
+    tables = await stored(store, [a])
+    reads = trio.CapacityLimiter(1)
+    began: list[int] = []
+    real_begin = store.env.begin
+
+    class Env:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store.env_real, name)
+
+        def begin(self, **kw: Any) -> Any:
+            began.append(1)
+            return real_begin(**kw)
+
+    store.env_real = store.env  # type: ignore[attr-defined]
+    store.env = Env()  # type: ignore[assignment]
+    try:
+        async with trio.open_nursery() as nursery:
+            await reads.acquire()  # every read thread busy
+            nursery.start_soon(lambda: tables.recent_off_loop(reads, PROJECT, Mode.LIVE,
+                                                              status=DELIVERED))
+            await trio.testing.wait_all_tasks_blocked()
+            assert began == []  # waiting, no transaction
+            reads.release()
+        assert began == [1]
+    finally:
+        store.env = store.env_real  # type: ignore[attr-defined]
 
 
 async def test_the_deliveries_listing_by_status_reads_in_a_worker_thread(

@@ -16,6 +16,7 @@ from storage.webhooks_store import WebhookStore
 from svc_engine import signing
 from svc_engine.config import Config
 from svc_engine.keys import Mode
+from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.plans import Plan
 from svc_engine.webhook_delivery import Delivery
 from tests.conftest import App
@@ -358,3 +359,27 @@ async def test_delete_stops_events_and_removes_history(app: App, receiver: Recei
         await c.delete(f"{EP}/{b['id']}")
     assert deliveries_of(app, event.id) == []
     assert tables.event(app.project_id, kept[0].mode, event.id) is None  # body gone too
+
+
+async def test_one_event_id_in_two_modes_sends_each_its_own_body(
+        app: App, receiver: Receiver) -> None:
+    """A conversion's event id is the one the app sent, so test and live (or two
+    projects) may share one: each endpoint gets its own event's body, not the
+    first one dispatched under that id (the body cache's key)."""
+    await add_endpoint(app, receiver.url, events=["conversion"])
+    await add_endpoint(app, receiver.url, key="sk_live", events=["conversion"])
+    event_id = "2f0e7c0e-5d1a-4a51-9a55-3c1f4c1d0b2e"
+    for mode in ("test", "live"):
+        event = OutboxEvent(id=event_id, type=EventType.CONVERSION, project_id=app.project_id,
+                            mode=mode, created_at_ms=app.services.clock.now_ms(),
+                            data={"name": f"{mode}_purchase"})
+
+        def record(txn: Any, event: OutboxEvent = event) -> None:
+            assert app.services.store.wants_webhooks(txn, event.project_id, event.mode)
+            app.services.store.append_outbox(txn, event)
+
+        await app.services.store.write(record)
+    hits = await receiver.wait_for(2)
+    bodies = [json.loads(h.request.body) for h in hits]
+    assert sorted((b["env"], b["data"]["name"]) for b in bodies) == [
+        ("live", "live_purchase"), ("test", "test_purchase")]

@@ -78,7 +78,7 @@ def register(dash: Dashboard) -> None:
         if viewer.project is not None:
             # in a worker thread: a rare status reads SCAN_CAP (20,000) deliveries
             rows = await tables.recent_off_loop(
-                dash.services.off_loop, viewer.project.id, viewer.mode, limit=RECENT_LIMIT,
+                dash.services.reads, viewer.project.id, viewer.mode, limit=RECENT_LIMIT,
                 endpoint_id=chosen, status=status)
         filtering = bool(chosen or status)
         return await dash.render(
