@@ -269,6 +269,16 @@ async def test_the_links_listing_reads_in_a_worker_thread(
 # -- a link's clicks in the debugger ----------------------------------------------------------
 
 
+async def link_with_clicks(app: App, count: int) -> Link:
+    """A link of the app's project with ``count`` clicks a second apart from DAY_0."""
+    async with app.client("sk_test") as c:
+        made = (await c.post("/v1/links", json={"path": "/a"})).json()
+    link_ = app.services.links.get(made["id"])
+    assert link_ is not None
+    await write_clicks(app.services.store, link_, [DAY_0 + i * 1000 for i in range(count)])
+    return link_
+
+
 async def write_clicks(store: LmdbStore, link_: Link, times: list[int]) -> list[Click]:
     """Clicks recorded as the redirector records them (with their counters)."""
     attribution = AttributionStore(store, "http://svc.test")
@@ -359,11 +369,7 @@ async def test_an_export_is_made_in_worker_threads_byte_for_byte_the_same(
     """A 500-row page took 9 ms typically and up to 46 ms on the loop; now each
     is made in a worker thread, and the body is the same bytes."""
     store, pid = app.services.store, app.project_id
-    async with app.client("sk_test") as c:
-        ln = (await c.post("/v1/links", json={"path": "/a"})).json()
-    link_ = app.services.links.get(ln["id"])
-    assert link_ is not None
-    await write_clicks(store, link_, [DAY_0 + i * 1000 for i in range(1234)])
+    await link_with_clicks(app, 1234)
     for fmt in ("csv", "ndjson"):
         def chunks(fmt: str = fmt) -> Any:
             return export.chunks("clicks", fmt, export.pages(
@@ -412,10 +418,7 @@ async def test_the_export_route_streams_off_the_loop_one_at_a_time(
     streams is 429 rate_limited with Retry-After."""
     store, pid = app.services.store, app.project_id
     async with app.client("sk_test") as c:
-        ln = (await c.post("/v1/links", json={"path": "/a"})).json()
-        link_ = app.services.links.get(ln["id"])
-        assert link_ is not None
-        await write_clicks(store, link_, [DAY_0 + i * 1000 for i in range(1234)])
+        await link_with_clicks(app, 1234)
         expected = b"".join(export.chunks("clicks", "csv", export.pages(
             store, "clicks", pid, Mode.TEST, DAY_0, DAY_0 + DAY)))
         rows = spy(monkeypatch, export, "click_row")

@@ -181,11 +181,12 @@ def _deadlines(store: LmdbStore) -> set[str]:
 
 
 async def _hung_backlog(store: LmdbStore, actor: WebhookActor, clock: Clock,
-                        project_id: str) -> int:
-    """3,000 events in 30 s to the hung endpoint; returns how many."""
-    await _events(store, actor, clock, project_id, per_second=100, seconds=30)
+                        project_id: str, *, per_second: int = 100, seconds: int = 30) -> int:
+    """3,000 events in 30 s (by default) to the hung endpoint, left between
+    two rounds of attempts; returns how many."""
+    await _events(store, actor, clock, project_id, per_second=per_second, seconds=seconds)
     await trio.sleep(LIMIT_S / 2)  # between two rounds of attempts
-    return 3_000
+    return per_second * seconds
 
 
 @attrs.frozen
@@ -238,6 +239,30 @@ def _in_order_but_for(times: list[int], window: int) -> bool:
         if most > suffix_min[i + window]:
             return False
     return True
+
+
+def _assert_no_deadline_work(store: LmdbStore, work: DeadlineWork, actor: WebhookActor,
+                             left_behind: set[str]) -> None:
+    """No deadline armed for the backlog; only those ``left_behind`` fired or
+    went; the endpoint overflowed, its attempts running, its queue capped."""
+    assert work.armed == 0
+    assert work.fired <= len(left_behind)
+    assert work.removed <= len(left_behind)
+    assert _deadlines(store) <= left_behind
+    stats = actor.statistics()
+    assert stats.endpoints_overflowed == 1 and stats.in_flight == PER_ENDPOINT
+    assert stats.ready <= READY_PER_ENDPOINT
+
+
+def _assert_oldest_first(stored: list[Delivery], receiver: HungEndpoint, attempted: int,
+                         count: int) -> None:
+    """The deliveries first attempted after a restart or turn on (the
+    receiver's attempts past ``attempted``) went in the store's order, but for
+    the order in which the senders took them."""
+    rank = {d.id: n for n, d in enumerate(stored)}
+    firsts = [rank[i] for i in _first_attempts_since(receiver, attempted)]
+    assert len(firsts) == count - len({job.delivery_id for job in receiver.attempts[:attempted]})
+    assert _in_order_but_for(firsts, PER_ENDPOINT)
 
 
 @pytest.fixture
@@ -376,8 +401,7 @@ async def test_a_restart_costs_no_deadline_work_for_the_backlog_left_in_the_stor
     receiver = HungEndpoint(clock)
     async with running(store, clock, receiver) as actor:
         project_id, endpoint_id = await _world(store, actor, clock)
-        await _events(store, actor, clock, project_id, per_second=count // 20, seconds=20)
-        await trio.sleep(LIMIT_S / 2)  # between two rounds of attempts
+        await _hung_backlog(store, actor, clock, project_id, per_second=count // 20, seconds=20)
         assert actor.statistics().deliveries_created == count
     # Stopped: 8 attempts cut off, the cap's worth ready; the rest in the store.
     armed_at_stop = _deadlines(store)
@@ -389,22 +413,11 @@ async def test_a_restart_costs_no_deadline_work_for_the_backlog_left_in_the_stor
     async with running(store, clock, receiver) as again:
         await trio.sleep(LIMIT_S / 2)  # no attempt has ended yet
         # Nothing armed; only deadlines the stop left behind fired or went.
-        assert work.armed == 0
-        assert work.fired <= len(armed_at_stop)
-        assert work.removed <= len(armed_at_stop)
-        assert _deadlines(store) <= armed_at_stop
-        stats = again.statistics()
-        assert stats.endpoints_overflowed == 1 and stats.in_flight == PER_ENDPOINT
-        assert stats.ready <= READY_PER_ENDPOINT
+        _assert_no_deadline_work(store, work, again, armed_at_stop)
         receiver.hung = False
         stored = await _all_delivered(again, receiver, project_id, count)
     assert peak[endpoint_id] <= READY_PER_ENDPOINT
-    # Oldest first: the deliveries first attempted after the restart went in
-    # the store's order, but for the order in which the 8 senders took them.
-    rank = {d.id: n for n, d in enumerate(stored)}
-    firsts = [rank[i] for i in _first_attempts_since(receiver, attempted)]
-    assert len(firsts) == count - len({job.delivery_id for job in receiver.attempts[:attempted]})
-    assert _in_order_but_for(firsts, PER_ENDPOINT)
+    _assert_oldest_first(stored, receiver, attempted, count)
 
 
 async def test_a_restart_below_growth_keeps_the_backlog_in_the_store(
@@ -471,8 +484,7 @@ async def test_turning_on_costs_no_deadline_work_for_the_backlog_left_in_the_sto
     receiver = HungEndpoint(clock)
     async with running(store, clock, receiver) as actor:
         project_id, endpoint_id = await _world(store, actor, clock)
-        await _events(store, actor, clock, project_id, per_second=count // 20, seconds=20)
-        await trio.sleep(LIMIT_S / 2)  # between two rounds of attempts
+        await _hung_backlog(store, actor, clock, project_id, per_second=count // 20, seconds=20)
         assert actor.statistics().deliveries_created == count
         await _switch(actor, project_id, endpoint_id, on=False)
         await trio.sleep(3600)  # the cut-off attempts time out; retries due meanwhile park
@@ -487,13 +499,7 @@ async def test_turning_on_costs_no_deadline_work_for_the_backlog_left_in_the_sto
         turned_on = endpoint.accepting_since_ms
         await trio.sleep(LIMIT_S / 2)  # no attempt has ended yet
         # Nothing armed; only deadlines the turn off left behind fired or went.
-        assert work.armed == 0
-        assert work.fired <= len(armed_while_off)
-        assert work.removed <= len(armed_while_off)
-        assert _deadlines(store) <= armed_while_off
-        stats = actor.statistics()
-        assert stats.endpoints_overflowed == 1 and stats.in_flight == PER_ENDPOINT
-        assert stats.ready <= READY_PER_ENDPOINT
+        _assert_no_deadline_work(store, work, actor, armed_while_off)
         # Left in the store (not held by the actor, no deadline): due from
         # the turn on, as the API and the dashboard show it.
         stored, busy = await _open_and_busy(actor)
@@ -507,12 +513,7 @@ async def test_turning_on_costs_no_deadline_work_for_the_backlog_left_in_the_sto
         receiver.hung = False
         stored = await _all_delivered(actor, receiver, project_id, count)
     assert peak[endpoint_id] <= READY_PER_ENDPOINT
-    # Oldest first: the deliveries first attempted after the turn on went in
-    # the store's order, but for the order in which the 8 senders took them.
-    rank = {d.id: n for n, d in enumerate(stored)}
-    firsts = [rank[i] for i in _first_attempts_since(receiver, attempted)]
-    assert len(firsts) == count - len({job.delivery_id for job in receiver.attempts[:attempted]})
-    assert _in_order_but_for(firsts, PER_ENDPOINT)
+    _assert_oldest_first(stored, receiver, attempted, count)
 
 
 async def test_turning_on_below_growth_keeps_the_backlog_in_the_store(
