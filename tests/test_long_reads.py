@@ -6,6 +6,7 @@ ones the reads gave on the loop."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -429,3 +430,38 @@ async def test_the_export_route_streams_off_the_loop_one_at_a_time(
         r = await c.get("/v1/export/clicks", params=query)
         assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited"
         assert r.headers["retry-after"] == str(export.RETRY_AFTER_S)
+
+
+async def test_a_client_that_goes_away_mid_export_is_logged_without_a_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A cut connection is the client's choice: one info line, no traceback
+    (an error of ours still logs one); the body is closed either way."""
+    caplog.set_level(logging.INFO)
+    closed: list[str] = []
+
+    class Body:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __iter__(self) -> Any:
+            return iter([b"a", b"b"])
+
+        def close(self) -> None:
+            closed.append(self.name)
+
+    for name, failure in (("gone", trio.BrokenResourceError()), ("ours", RuntimeError("x"))):
+        sent = 0
+
+        async def send(message: Any, failure: BaseException = failure) -> None:
+            nonlocal sent
+            sent += 1
+            if message.get("more_body") and sent > 2:
+                raise failure
+
+        caplog.clear()
+        with pytest.raises(type(failure)):
+            await StreamResponse(200, Body(name)).send(send)
+        records = [r for r in caplog.records if "streamed response" in r.getMessage()]
+        assert len(records) == 1
+        assert (records[0].exc_info is None) is (name == "gone"), name
+    assert closed == ["gone", "ours"]

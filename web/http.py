@@ -253,6 +253,11 @@ class Response:
         await send({"type": "http.response.body", "body": b"" if head else self.body})
 
 
+CLIENT_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+"""What sending raises once the client has closed its connection
+(web/connection.py's CLOSED)."""
+
+
 class StreamResponse(Response):
     """A response whose body is produced while it is sent, chunk by chunk.
 
@@ -281,6 +286,10 @@ class StreamResponse(Response):
             if not head:
                 try:
                     await self._send_chunks(send)
+                except CLIENT_GONE:
+                    # An export closed by its client: no fault of ours, no traceback.
+                    log.info("streamed response cut: the client went away")
+                    raise
                 except Exception:
                     log.exception("streamed response failed after it started")
                     raise
