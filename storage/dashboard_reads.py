@@ -19,7 +19,6 @@ project's clicks of the days the link's day totals name, at most
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -33,6 +32,7 @@ from storage.codec import decode
 from storage.events_store import StoredEvent
 from storage.install_rows import InstallRow
 from storage.lmdb_store import LmdbStore
+from svc_engine.analytics import DAY_MS, day_start_ms
 from svc_engine.clicks import Click
 from svc_engine.events import PROJECT_SCOPE, Metric, revenue, utc_day
 from svc_engine.installs import Install
@@ -45,8 +45,6 @@ still show in a Live events poll (events are keyed by when they occurred)."""
 LINK_CLICK_SCAN = 100_000
 """At most this many clicks of the project are read for the clicks of one
 link (:func:`clicks_of_link`): tens of milliseconds, in a worker thread."""
-_DAY_MS = 86_400_000
-_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 
 
 @attrs.frozen
@@ -141,7 +139,7 @@ def clicks_of_link(store: LmdbStore, project_id: str, mode: Mode, link_id: str,
     with store.read() as txn:
         cur = txn.cursor(db=store.db(b"clicks"))
         for day_ms, count in _click_days(txn, store.db(b"counters"), scope, link_id):
-            ok = cur.set_range(scope + layout.ms(day_ms + _DAY_MS))
+            ok = cur.set_range(scope + layout.ms(day_ms + DAY_MS))
             if not (cur.prev() if ok else cur.last()):
                 continue
             floor = scope + layout.ms(day_ms)
@@ -182,7 +180,7 @@ def _click_days(txn: lmdb.Transaction, counters_db: Any, scope: bytes,
         raw = txn.get(prefix + day + b"\x00total\x00", db=counters_db)
         count = counters.read_value(bytes(raw)) if raw is not None else 0
         try:
-            start = (dt.date.fromisoformat(day.decode()).toordinal() - _EPOCH_ORDINAL) * _DAY_MS
+            start = day_start_ms(day.decode())
         except ValueError:
             start = None  # not a day (never written): nothing to look for
         if isinstance(count, int) and count > 0 and start is not None:

@@ -43,6 +43,7 @@ from svc_engine.events import Metric, add_amount, utc_day
 MAX_RANGE_DAYS = 366
 DEFAULT_RANGE_DAYS = 30
 HANDOFF_METHOD = "authenticated_handoff"
+DAY_MS = 86_400_000
 FUNNEL_STEPS = (Metric.CLICKS, Metric.INSTALLS, Metric.OPENS, Metric.CONVERSIONS)
 
 CounterRow = tuple[str, str, str, int | str]
@@ -70,12 +71,12 @@ class DayRange:
 
     @property
     def start_ms(self) -> int:
-        return _day_ms(self.first)
+        return day_start_ms(self.first)
 
     @property
     def end_ms(self) -> int:
         """The first millisecond after the range."""
-        return _day_ms(self.last) + 86_400_000
+        return day_start_ms(self.last) + DAY_MS
 
     def days(self) -> list[str]:
         first = dt.date.fromisoformat(self.first)
@@ -215,5 +216,6 @@ def _parse_day(text: str, field: str) -> dt.date:
         raise ValidationError(f"{field}: not a calendar date", field=field) from None
 
 
-def _day_ms(day: str) -> int:
-    return (dt.date.fromisoformat(day) - dt.date(1970, 1, 1)).days * 86_400_000
+def day_start_ms(day: str) -> int:
+    """The first millisecond of a UTC day ``YYYY-MM-DD`` (ValueError if it is none)."""
+    return (dt.date.fromisoformat(day) - dt.date(1970, 1, 1)).days * DAY_MS

@@ -46,6 +46,7 @@ import h11
 import orjson
 import trio
 
+from web.http import CLIENT_GONE
 from web.logs import loggable
 from web.request_head import BODY_EXTENSION, Head, head_end, parse_head
 
@@ -61,7 +62,7 @@ AsgiApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message],
 RECEIVE_SIZE = 65536
 DRAIN_LIMIT = 1 << 20
 ASGI = {"version": "3.0", "spec_version": "2.3"}
-CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+CLOSED = CLIENT_GONE  # what sending or receiving raises once the client is gone
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 

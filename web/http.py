@@ -254,8 +254,8 @@ class Response:
 
 
 CLIENT_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-"""What sending raises once the client has closed its connection
-(web/connection.py's CLOSED)."""
+"""What sending raises once the client has closed its connection (the
+server's connections, web/connection.py, catch the same)."""
 
 
 class StreamResponse(Response):
