@@ -28,7 +28,7 @@ DATABASES = (
     b"deadlines",        # due ms | kind | ref -> Deadline
     b"idem",             # empty since schema 10 (moved to responses)
     b"idem_by_time",     # empty since schema 10 (moved to responses_by_time)
-    b"outbox",           # created ms | event id -> OutboxEvent (for webhooks)
+    b"outbox",           # created ms | project | mode | event id -> OutboxEvent (webhooks)
     b"sessions",         # sha256(session token) -> dashboard Session
     b"invites",          # sha256(invite token) -> Invite
     b"links",            # link id -> Link

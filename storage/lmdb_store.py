@@ -503,8 +503,14 @@ class LmdbStore:
         (``on_outbox``). The caller asks ``wants_webhooks`` first, in the same
         transaction, and builds no event when the project has no endpoint in
         that mode (asking here again cost a cursor per event: 100 a batch of
-        events). A write that queues nothing wakes nobody."""
-        key = layout.ms(event.created_at_ms) + layout.uid(event.id)
+        events). A write that queues nothing wakes nobody.
+
+        Keyed by time, then project and mode, then event id: a conversion's
+        id is the app's, which another project or the other mode may send in
+        the same millisecond (keys of the former layout, time then id, are
+        still read and acknowledged: the dispatcher uses the keys it read)."""
+        key = (layout.ms(event.created_at_ms) + layout.scope(event.project_id, event.mode)
+               + layout.uid(event.id))
         txn.put(key, encode(event), db=self._db[b"outbox"])
         if self.on_outbox is not None:
             after_commit(self.on_outbox)

@@ -383,3 +383,23 @@ async def test_one_event_id_in_two_modes_sends_each_its_own_body(
     bodies = [json.loads(h.request.body) for h in hits]
     assert sorted((b["env"], b["data"]["name"]) for b in bodies) == [
         ("live", "live_purchase"), ("test", "test_purchase")]
+
+
+async def test_the_outbox_keeps_one_event_id_of_two_modes_in_one_millisecond(
+        store: Any) -> None:
+    """The outbox key holds the project and mode: two events with the app's
+    same id, same millisecond, test and live, are two entries (keyed by time
+    and id alone, the second overwrote the first and its webhooks were never
+    sent)."""
+    events = [OutboxEvent(id="2f0e7c0e-5d1a-4a51-9a55-3c1f4c1d0b2e",
+                          type=EventType.CONVERSION,
+                          project_id="0b5c2d52-7c35-4a7e-9d1e-3f8f7c1a2b3c", mode=mode,
+                          created_at_ms=1_800_000_000_000, data={"name": mode})
+              for mode in ("test", "live")]
+
+    def record(txn: Any) -> None:
+        for event in events:
+            store.append_outbox(txn, event)
+
+    await store.write(record)
+    assert sorted(e.mode for _, e in store.read_outbox()) == ["live", "test"]
