@@ -71,16 +71,18 @@ class AnalyticsStore:
                 yield parts[0], parts[1], parts[2], amount
 
     def summary(self, project_id: str, mode: Mode, days: DayRange,
-                link_id: str | None = None, *, ranked: bool = True) -> dict[str, Any]:
+                link_id: str | None = None, *, ranked: bool = True,
+                top: int | None = None) -> dict[str, Any]:
         """Clicks, opens (with handoff opens), installs and conversions (with
         revenue per currency) of the project, or of one link, over ``days``.
-        ``ranked`` False leaves the breakdowns unsorted (``metric_summary``)."""
+        ``ranked`` False leaves the breakdowns unsorted, ``top`` keeps each
+        one's largest values (``metric_summary``)."""
         scope = link_id or PROJECT_SCOPE
         day_list = days.days()
         with self.store.read() as txn:
             def of(metric: Metric) -> dict[str, Any]:
                 rows = self._scan(txn, project_id, mode, metric, scope, days)
-                return metric_summary(metric, rows, day_list, ranked=ranked)
+                return metric_summary(metric, rows, day_list, ranked=ranked, top=top)
 
             clicks = of(Metric.CLICKS)
             opens = of(Metric.OPENS)

@@ -25,12 +25,19 @@ Decisions where SPEC.md is silent:
   unattributed installs counted in the project's totals only (they have no
   link); conversions by day and name, and revenue per currency as decimal
   strings summed exactly.
+- ``top=N`` (1 to 1000; absent: every value) keeps each breakdown's ``N``
+  largest values (ties by value) and says what it left out in ``omitted``:
+  ``{<breakdown>: {"values", "count"}}`` for each breakdown cut, so the kept
+  values and the omitted count still add up to the total. A link's
+  referrer hosts can be tens of thousands of values (a megabyte of JSON);
+  the dashboard ranks its own few.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import heapq
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -44,6 +51,7 @@ MAX_RANGE_DAYS = 366
 DEFAULT_RANGE_DAYS = 30
 HANDOFF_METHOD = "authenticated_handoff"
 DAY_MS = 86_400_000
+MAX_TOP = 1000
 FUNNEL_STEPS = (Metric.CLICKS, Metric.INSTALLS, Metric.OPENS, Metric.CONVERSIONS)
 
 CounterRow = tuple[str, str, str, int | str]
@@ -102,12 +110,24 @@ def parse_day_range(first: str | None, last: str | None, *, now_ms: int,
     return DayRange(start.isoformat(), end.isoformat())
 
 
+def parse_top(raw: str | None) -> int | None:
+    """The ``top`` query parameter: None when absent or empty, else a whole
+    number from 1 to ``MAX_TOP``."""
+    if not raw:
+        return None
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_TOP:
+        raise ValidationError(f"top: a whole number from 1 to {MAX_TOP}", field="top")
+    return int(raw)
+
+
 def metric_summary(metric: Metric, rows: Iterable[CounterRow], days: Sequence[str], *,
-                   ranked: bool = True) -> dict[str, Any]:
+                   ranked: bool = True, top: int | None = None) -> dict[str, Any]:
     """``{"total", "byDay", <breakdowns>}`` of one metric (not revenue). With
     ``ranked`` False the breakdowns are left in no order, for a caller that
     ranks only the few values it shows (sorting a long tail of referrer
-    hosts is most of the work, and a single call that keeps the GIL)."""
+    hosts is most of the work, and a single call that keeps the GIL). With
+    ``top`` each breakdown keeps its ``top`` largest (ranked) and ``omitted``
+    says what the others were (:func:`top_values`)."""
     names = BREAKDOWNS[metric]
     total = 0
     by_day = dict.fromkeys(days, 0)
@@ -129,8 +149,16 @@ def metric_summary(metric: Metric, rows: Iterable[CounterRow], days: Sequence[st
         if opens and dimension == "method" and value == HANDOFF_METHOD and day in handoff_by_day:
             handoff_by_day[day] += n
     out: dict[str, Any] = {"total": total, "byDay": by_day}
-    out.update({name: _largest_first(by[dimension]) if ranked else by[dimension]
-                for dimension, name in names.items()})
+    if top is not None:
+        omitted: dict[str, dict[str, int]] = {}
+        for dimension, name in names.items():
+            out[name], left = top_values(by[dimension], top)
+            if left is not None:
+                omitted[name] = left
+        out["omitted"] = omitted
+    else:
+        out.update({name: _largest_first(by[dimension]) if ranked else by[dimension]
+                    for dimension, name in names.items()})
     if metric is Metric.INSTALLS:
         out["unattributed"] = by["confidence"].get("unattributed", 0)
     if metric is Metric.OPENS:
@@ -161,6 +189,18 @@ def summary_funnel(summary: Mapping[str, Any]) -> dict[str, int]:
     it already holds, the numbers ``AnalyticsStore.funnel`` reads for the same
     range."""
     return funnel({step: summary[step.value]["total"] for step in FUNNEL_STEPS})
+
+
+def top_values(counts: Mapping[str, int], top: int
+               ) -> tuple[dict[str, int], dict[str, int] | None]:
+    """The ``top`` largest of ``counts``, largest first (ties by value), and
+    what the rest add up to, ``{"values", "count"}`` (None when nothing was
+    left out): a long tail is never sorted, only its ``top`` largest picked."""
+    if len(counts) <= top:
+        return _largest_first(counts), None
+    kept = heapq.nsmallest(top, counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return dict(kept), {"values": len(counts) - top,
+                        "count": sum(counts.values()) - sum(n for _, n in kept)}
 
 
 def _largest_first(counts: Mapping[str, int]) -> dict[str, int]:

@@ -19,6 +19,7 @@ from svc_engine.analytics import (
     funnel,
     metric_summary,
     parse_day_range,
+    parse_top,
     revenue_summary,
     summary_funnel,
 )
@@ -133,6 +134,39 @@ def test_breakdowns_are_largest_first_ties_by_value(rows: list[CounterRow],
                 counts[value] = counts.get(value, 0) + (amount if isinstance(amount, int) else 0)
         assert list(s[name].items()) == reference_largest_first(counts)
     assert s["total"] == sum(a for _, d, _, a in rows if d == "total" and isinstance(a, int))
+
+
+@given(_ROWS, st.sampled_from([Metric.CLICKS, Metric.OPENS, Metric.INSTALLS,
+                               Metric.CONVERSIONS]), st.integers(min_value=1, max_value=4))
+def test_top_keeps_the_largest_and_says_what_it_left_out(rows: list[CounterRow],
+                                                          metric: Metric, top: int) -> None:
+    """``top`` keeps what the full ranking lists first; the omitted values and
+    their count are the rest of it, so the breakdown still adds up."""
+    full = metric_summary(metric, rows, ["2026-01-01"])
+    cut = metric_summary(metric, rows, ["2026-01-01"], top=top)
+    assert cut["total"] == full["total"] and cut["byDay"] == full["byDay"]
+    omitted = {}
+    for name in BREAKDOWNS[metric].values():
+        ranked = list(full[name].items())
+        assert list(cut[name].items()) == ranked[:top]
+        if len(ranked) > top:
+            omitted[name] = {"values": len(ranked) - top,
+                             "count": sum(n for _, n in ranked[top:])}
+    assert cut["omitted"] == omitted
+    assert "omitted" not in full
+
+
+@pytest.mark.parametrize("raw,top", [(None, None), ("", None), ("1", 1), ("1000", 1000),
+                                     ("007", 7)])
+def test_parse_top(raw: str | None, top: int | None) -> None:
+    assert parse_top(raw) == top
+
+
+@pytest.mark.parametrize("raw", ["0", "1001", "-1", "+5", "2.5", "ten", "\u0665", " 5"])
+def test_parse_top_refusals(raw: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        parse_top(raw)
+    assert e.value.field == "top"
 
 
 @pytest.mark.parametrize("step", [1, 2, 3, 5, 8192])

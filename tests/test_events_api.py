@@ -352,6 +352,26 @@ async def test_revenue_totals_do_not_depend_on_how_events_were_batched(ev: Event
     assert day[2]["GBP"].rstrip("0").endswith("500000000000000015"), day
 
 
+async def test_top_keeps_each_breakdowns_largest_values(ev: Events) -> None:
+    async with ev.app.client("sk_test") as c:
+        link = (await c.post("/v1/links", json={"path": "/p"})).json()["id"]
+    names = ["a"] * 3 + ["b"] * 2 + ["c", "d"]
+    assert (await ev.send([event(n, at=ev.at(), link=link) for n in names]))[0] == 200
+    top = (await ev.summary(top="2"))["conversions"]
+    assert top["byName"] == {"a": 3, "b": 2} and top["total"] == 7
+    assert top["omitted"] == {"byName": {"values": 2, "count": 2}}
+    assert "omitted" not in (await ev.summary())["conversions"]
+    async with ev.app.client("sk_test") as c:
+        one = (await c.get(f"/v1/analytics/links/{link}", params={"top": "1"})).json()
+        assert one["conversions"]["byName"] == {"a": 3}
+        assert one["clicks"]["omitted"] == {}
+        for bad in ("0", "1001", "x"):
+            for path in ("/v1/analytics/summary", f"/v1/analytics/links/{link}"):
+                r = await c.get(path, params={"top": bad})
+                assert (r.status_code, r.json()["error"]["code"], r.json()["error"]["field"]) \
+                    == (400, "validation_error", "top")
+
+
 async def test_outbox_gets_a_conversion_per_new_event_when_an_endpoint_exists(
         store: Any) -> None:
     from storage import layout
@@ -671,6 +691,51 @@ async def test_stored_events_reach_a_webhook_endpoint_as_conversions(
     assert data["eventId"] == a["id"] and data["installId"] == ev.install
     assert data["properties"] == {"revenue": 3, "currency": "EUR"} and data["linkId"] is None
     assert bodies[0]["env"] == "test" and bodies[0]["projectId"] == app.project_id
+
+
+async def test_an_event_id_already_sent_is_not_sent_again(
+        store: Any, data_dir: str, tmp_path: Any) -> None:
+    """The envelope's ``id`` names one app event of a project and mode: the
+    first event with an ID is sent; another install's event with that ID, or
+    the same install's with another ``occurredAt``, is stored and counted
+    (dedup is per install and time) but not sent again under that ID."""
+    import json
+
+    from actors.clock import SystemClock
+    from tests.conftest import running_app
+    from tests.webhook_receiver_fixture import (
+        add_endpoint,
+        make_ca,
+        running_receiver,
+        webhook_config,
+    )
+
+    ca, bundle = make_ca(tmp_path)
+    clock = SystemClock()
+    async with running_receiver(ca, clock) as receiver, \
+            running_app(store, webhook_config(data_dir, bundle), clock) as app:
+        ev = await Events(app).start()
+        other = new_install()
+        async with app.client("pk_test", **SDK) as c:
+            assert (await c.post("/v1/sdk/init", json=init_body(other, "ios"))).status_code == 200
+        await add_endpoint(app, receiver.url, events=["conversion"])
+        a = event("purchase", at=ev.at())
+        assert (await ev.send([a]))[1] == ok(1, 0)
+        await receiver.wait_for(1)
+        assert (await ev.send([{**a, "name": "refund"}], install=other))[1] == ok(1, 0)
+        assert (await ev.send([{**a, "occurredAt": ev.at(1)}]))[1] == ok(1, 0)
+        later = event("later", at=ev.at())
+        assert (await ev.send([later]))[1] == ok(1, 0)
+        hits = await receiver.wait_for(2)
+        await app.flush()
+        async with app.client("sk_test") as api:
+            made = (await api.get("/v1/webhooks/deliveries")).json()["data"]
+        conversions = await ev.conversions()
+    sent = [json.loads(h.request.body) for h in hits]
+    assert [(p["id"], p["data"]["name"]) for p in sent] == [(a["id"], "purchase"),
+                                                            (later["id"], "later")]
+    assert len(made) == 2
+    assert conversions == 4
 
 
 async def test_export_is_streamed_a_page_at_a_time(ev: Events) -> None:

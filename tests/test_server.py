@@ -5,6 +5,7 @@ application failures, malformed requests, the connection cap, TLS, timeouts
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 from typing import Any
@@ -17,6 +18,7 @@ import trustme
 from web.server import HttpServer, ServerSettings
 
 Message = dict[str, Any]
+BIG = 300_000  # five pieces of a timed write (web/connection.py SEND_PIECE)
 
 
 class App:
@@ -50,6 +52,8 @@ class App:
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"location", b"/x\r\nset-cookie: evil=1")]})
             await send({"type": "http.response.body", "body": b""})
+        elif path == "/big":
+            await _answer(send, 200, b"x" * BIG)
         elif path == "/empty":
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})
@@ -414,6 +418,55 @@ async def test_idle_keep_alive_connection_closes_after_the_timeout(
         await c.response()
         await c.expect_close()
     assert closed_at[0] - start == pytest.approx(5.0, abs=0.01)
+
+
+async def _stalled_write(read_every_s: float | None) -> tuple[HttpServer, float, int]:
+    """``GET /big`` on a connection whose client takes 64 KiB every
+    ``read_every_s`` seconds (None: never reads); how long the server kept
+    the connection and how many bytes the client got."""
+    app = App()
+    server = HttpServer(app, ServerSettings(host="127.0.0.1", port=0, send_timeout_s=60.0))
+    client_end, server_end = trio.testing.lockstep_stream_pair()  # no buffer between them
+    got = 0
+    served_for: list[float] = []
+    with trio.fail_after(600):
+        async with trio.open_nursery() as watch:
+            watch.start_soon(server._watch_sends)
+            async with trio.open_nursery() as nursery:
+                start = trio.current_time()
+
+                async def run() -> None:
+                    await server.serve_stream(server_end, ("10.0.0.1", 1), ("127.0.0.1", 80))
+                    served_for.append(trio.current_time() - start)
+
+                nursery.start_soon(run)
+                await client_end.send_all(get("/big", b"connection: close\r\n"))
+                while read_every_s is not None:
+                    await trio.sleep(read_every_s)
+                    try:
+                        data = await client_end.receive_some(65536)
+                    except trio.BrokenResourceError:
+                        break
+                    if not data:
+                        break
+                    got += len(data)
+            watch.cancel_scope.cancel()
+    return server, served_for[0], got
+
+
+async def test_a_client_that_reads_nothing_is_cut_off(
+        autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "svc.server")
+    server, served_for, got = await _stalled_write(None)
+    assert 60 <= served_for <= 75 and got == 0  # within 1.25 timeouts
+    assert server.stalled == 1 and server.connections == set()
+    assert "took nothing of an answer for 60 s" in caplog.text
+
+
+async def test_a_slow_reader_that_keeps_reading_gets_the_whole_answer(
+        autojump_clock: trio.testing.MockClock) -> None:
+    server, served_for, got = await _stalled_write(50.0)  # 64 KiB every 50 s: 250 s in all
+    assert server.stalled == 0 and got > BIG and served_for > 200
 
 
 async def test_headers_dripping_in_are_cut_off(autojump_clock: trio.testing.MockClock) -> None:

@@ -48,7 +48,7 @@ import orjson
 from storage.analytics_store import AnalyticsStore
 from storage.event_records import NewEvents, encode_all
 from storage.events_store import BatchResult, EventsStore
-from svc_engine.analytics import MAX_RANGE_DAYS, DayRange, parse_day_range
+from svc_engine.analytics import MAX_RANGE_DAYS, DayRange, parse_day_range, parse_top
 from svc_engine.errors import InstallNotFound, NotFound, ValidationError
 from svc_engine.event_batch import parse_event_rows
 from svc_engine.ids import is_uuid
@@ -210,17 +210,19 @@ def register(api: Api) -> None:
         link_id = req.query().get("linkId") or None
         if link_id is not None:
             link_id = own_link(ctx, link_id, "linkId")
+        top = parse_top(req.query().get("top"))
         # Off the loop: a long tail of referrer hosts is 100,000s of counter
         # rows and megabytes of JSON (encoded in the worker thread too).
         return await services.off_loop(lambda: json_response(
-            200, analytics.summary(ctx.project.id, ctx.mode, days, link_id)))
+            200, analytics.summary(ctx.project.id, ctx.mode, days, link_id, top=top)))
 
     async def link_summary(req: Request) -> Response:
         ctx = api.server_auth(req)
         link_id = own_link(ctx, req.params["id"], "id")
         days = day_range(req, max_days=MAX_RANGE_DAYS)
+        top = parse_top(req.query().get("top"))
         return await services.off_loop(lambda: json_response(
-            200, analytics.summary(ctx.project.id, ctx.mode, days, link_id)))
+            200, analytics.summary(ctx.project.id, ctx.mode, days, link_id, top=top)))
 
     async def link_funnel(req: Request) -> Response:
         ctx = api.server_auth(req)

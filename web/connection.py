@@ -16,6 +16,15 @@ when over capacity and done the TLS handshake):
 4. If the client's body was not read to the end, or either side asked to
    close, the connection closes (after a bounded drain); otherwise the next
    request is read from the same connection.
+5. A write of the answer that the client does not take within
+   ``send_timeout_s`` (it stopped reading: a stalled export, a peer gone
+   without a reset) ends the connection: the server's watch
+   (``HttpServer._watch_sends``) cancels its ``scope``, so a reader that
+   never reads cannot hold a connection, its memory and what its request
+   holds (a project's export slot) forever. Like nginx's ``send_timeout``
+   it bounds each write of at most ``SEND_PIECE`` bytes, not the whole
+   answer. A write only notes when it began (``sending_since``): a cancel
+   scope of its own would cost every answer ~9 µs.
 
 Request heads in the common form (CRLF lines, ``content-length`` or no
 body) are parsed by web/request_head.py and their bodies read here; any
@@ -63,6 +72,7 @@ RECEIVE_SIZE = 65536
 DRAIN_LIMIT = 1 << 20
 ASGI = {"version": "3.0", "spec_version": "2.3"}
 CLOSED = CLIENT_GONE  # what sending or receiving raises once the client is gone
+SEND_PIECE = 65536  # the most one timed write carries
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 
@@ -111,6 +121,14 @@ class Connection:
         self.complete = False
         self.body_done = False
         self.response_sent: trio.Event | None = None
+        self.scope = trio.CancelScope()  # the server's watch cancels a stalled write
+        self.sending_since: float | None = None  # when the write under way began
+        self.stalled = False
+
+    def stall(self) -> None:
+        """The client took nothing of a write for too long: end the connection."""
+        self.stalled = True
+        self.scope.cancel()
 
     def _new_h11(self) -> h11.Connection:
         return h11.Connection(h11.SERVER,
@@ -413,9 +431,22 @@ class Connection:
         if not more:
             self.complete = True
         if out:
-            await self.stream.send_all(out)
+            await self._write(out)
         if self.complete and self.response_sent is not None:
             self.response_sent.set()
+
+    async def _write(self, out: bytes) -> None:
+        """Send ``out``, each piece of at most ``SEND_PIECE`` bytes timed by
+        the server's watch from when it began."""
+        if len(out) <= SEND_PIECE:
+            self.sending_since = trio.current_time()
+            await self.stream.send_all(out)
+        else:
+            view = memoryview(out)
+            for start in range(0, len(out), SEND_PIECE):
+                self.sending_since = trio.current_time()
+                await self.stream.send_all(view[start:start + SEND_PIECE])
+        self.sending_since = None
 
     def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
         """The status line and headers, with the framing h11 would choose;

@@ -25,6 +25,9 @@ def server_metrics(server: HttpServer) -> Collector:
                     "Connections refused with 503 over the connection limit.", server.refused),
             counter("svc_http_requests_shed_total",
                     "Requests answered 503 while the event loop was overloaded.", server.shed),
+            counter("svc_http_send_timeouts_total",
+                    "Connections ended because the client took nothing of an answer for "
+                    "60 s (it stopped reading).", server.stalled),
             gauge("svc_event_loop_lag_seconds",
                   "Smoothed event-loop delay (measured when SVC_MAX_LAG_MS is on).",
                   server.lag_s),

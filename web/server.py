@@ -61,6 +61,7 @@ class ServerSettings:
     port: int
     max_connections: int = 1024
     keep_alive_s: float = 5.0
+    send_timeout_s: float = 60.0
     max_header_bytes: int = 16 * 1024
     max_lag_s: float = 0.0
     shutdown_grace_s: float = 10.0
@@ -97,6 +98,7 @@ class HttpServer:
         self.limiter = trio.CapacityLimiter(settings.max_connections)
         self.refused = 0
         self.shed = 0
+        self.stalled = 0  # connections ended because the client took nothing for too long
         self.shedding = False
         self.lag_s = 0.0
         self.closing = False
@@ -121,6 +123,7 @@ class HttpServer:
                     acceptors.start_soon(self._accept, listener, connections)
                 if s.max_lag_s > 0:
                     acceptors.start_soon(self._watch_lag)
+                acceptors.start_soon(self._watch_sends)
                 task_status.started(binds)
                 await stop.wait()
                 acceptors.cancel_scope.cancel()
@@ -164,6 +167,23 @@ class HttpServer:
                                 "(event-loop delay over %.0f ms)", self.shed - reported,
                                 now - reported_at, self.settings.max_lag_s * 1000)
                 reported_at, reported = now, self.shed
+
+    async def _watch_sends(self) -> None:
+        """End every connection whose current write has taken ``send_timeout_s``
+        or more (the client stopped reading), checking four times a timeout:
+        a stalled write ends within 1.25 timeouts."""
+        limit = self.settings.send_timeout_s
+        while True:
+            await trio.sleep(limit / 4)
+            self.end_stalled(trio.current_time())
+
+    def end_stalled(self, now: float) -> None:
+        limit = self.settings.send_timeout_s
+        for conn in list(self.connections):
+            since = conn.sending_since
+            if since is not None and now - since >= limit and not conn.stalled:
+                self.stalled += 1
+                conn.stall()
 
     def observe_lag(self, sample_s: float) -> None:
         """Fold one probe's lateness into the smoothed delay (a moving average
@@ -220,10 +240,14 @@ class HttpServer:
         conn = Connection(self, stream, client, server)
         self.connections.add(conn)
         try:
-            await conn.run()
+            with conn.scope:
+                await conn.run()
         finally:
             self.connections.discard(conn)
             await trio.aclose_forcefully(stream)
+        if conn.stalled:
+            log.info("connection closed: the client took nothing of an answer for %g s",
+                     self.settings.send_timeout_s)
 
 
 
