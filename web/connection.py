@@ -430,22 +430,22 @@ class Connection:
             out += body
         if not more:
             self.complete = True
-        if out:
-            await self._write(out)
+        if len(out) > SEND_PIECE:
+            await self._write_pieces(out)
+        elif out:  # the usual answer: one timed write, no coroutine of its own
+            self.sending_since = trio.current_time()
+            await self.stream.send_all(out)
+            self.sending_since = None
         if self.complete and self.response_sent is not None:
             self.response_sent.set()
 
-    async def _write(self, out: bytes) -> None:
-        """Send ``out``, each piece of at most ``SEND_PIECE`` bytes timed by
-        the server's watch from when it began."""
-        if len(out) <= SEND_PIECE:
+    async def _write_pieces(self, out: bytes) -> None:
+        """Send ``out`` in pieces of at most ``SEND_PIECE`` bytes, each timed
+        by the server's watch from when it began."""
+        view = memoryview(out)
+        for start in range(0, len(out), SEND_PIECE):
             self.sending_since = trio.current_time()
-            await self.stream.send_all(out)
-        else:
-            view = memoryview(out)
-            for start in range(0, len(out), SEND_PIECE):
-                self.sending_since = trio.current_time()
-                await self.stream.send_all(view[start:start + SEND_PIECE])
+            await self.stream.send_all(view[start:start + SEND_PIECE])
         self.sending_since = None
 
     def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
