@@ -6,9 +6,12 @@ exports after each step."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
@@ -16,10 +19,18 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from actors.clock import SystemClock
 from svc_engine.events import utc_day
 from svc_engine.links import iso_utc
-from tests.conftest import App
+from tests.conftest import App, running_app
 from tests.deferred_helpers import ANDROID_UA, IOS_UA, PLATFORMS, SDK, init_body, new_install
+from tests.webhook_receiver_fixture import (
+    Receiver,
+    add_endpoint,
+    make_ca,
+    running_receiver,
+    webhook_config,
+)
 
 DAY_MS = 86_400_000
 
@@ -650,24 +661,21 @@ async def test_parse_only_endpoint_exists_only_when_asked(
 # --- each stored event goes to the webhook pipeline as a conversion -------------------------
 
 
-async def test_stored_events_reach_a_webhook_endpoint_as_conversions(
-        store: Any, data_dir: str, tmp_path: Any) -> None:
-    import json
-
-    from actors.clock import SystemClock
-    from tests.conftest import running_app
-    from tests.webhook_receiver_fixture import (
-        add_endpoint,
-        make_ca,
-        running_receiver,
-        webhook_config,
-    )
-
+@contextlib.asynccontextmanager
+async def _with_receiver(store: Any, data_dir: str, tmp_path: Any
+                         ) -> AsyncIterator[tuple[App, Receiver, Events]]:
+    """The service with webhooks on, a registered install, and a local HTTPS
+    receiver (no endpoint added yet)."""
     ca, bundle = make_ca(tmp_path)
     clock = SystemClock()
     async with running_receiver(ca, clock) as receiver, \
             running_app(store, webhook_config(data_dir, bundle), clock) as app:
-        ev = await Events(app).start()
+        yield app, receiver, await Events(app).start()
+
+
+async def test_stored_events_reach_a_webhook_endpoint_as_conversions(
+        store: Any, data_dir: str, tmp_path: Any) -> None:
+    async with _with_receiver(store, data_dir, tmp_path) as (app, receiver, ev):
         await add_endpoint(app, receiver.url, events=["conversion"])
         a = event("purchase", at=ev.at(), revenue=3, currency="EUR")
         b = event("signup", at=ev.at())
@@ -699,22 +707,7 @@ async def test_an_event_id_already_sent_is_not_sent_again(
     first event with an ID is sent; another install's event with that ID, or
     the same install's with another ``occurredAt``, is stored and counted
     (dedup is per install and time) but not sent again under that ID."""
-    import json
-
-    from actors.clock import SystemClock
-    from tests.conftest import running_app
-    from tests.webhook_receiver_fixture import (
-        add_endpoint,
-        make_ca,
-        running_receiver,
-        webhook_config,
-    )
-
-    ca, bundle = make_ca(tmp_path)
-    clock = SystemClock()
-    async with running_receiver(ca, clock) as receiver, \
-            running_app(store, webhook_config(data_dir, bundle), clock) as app:
-        ev = await Events(app).start()
+    async with _with_receiver(store, data_dir, tmp_path) as (app, receiver, ev):
         other = new_install()
         async with app.client("pk_test", **SDK) as c:
             assert (await c.post("/v1/sdk/init", json=init_body(other, "ios"))).status_code == 200
