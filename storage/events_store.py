@@ -35,7 +35,10 @@ install's queue with the same install id and the same event, so the same
 batch's ids on one or two index pages however many events the install sent
 before (storage/event_records.py says what the other orders cost). Two
 installs sending the same UUID, or one install sending it again with another
-``occurredAt``, which a working SDK never does, store two events.
+``occurredAt``, which a working SDK never does, store two events; webhooks
+send only the first of them (the envelope's ``id`` is the event id, one event
+of a project and mode: ``WebhooksTables.add_fan_outs`` skips an id already
+dispatched).
 
 Retention: ``purge`` deletes raw events received more than the retention
 period ago (``event_retention_days``, default 90) together with their

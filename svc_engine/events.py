@@ -1,10 +1,11 @@
 """Custom events (conversions): records, deduplication, revenue, counter keys.
 
-Deduplication: an event id (client-generated UUID) is stored once per project
-and mode. :func:`split_duplicates` keeps the first occurrence of each id in a
-batch and drops ids already stored; a duplicate with different content is
-still a duplicate (the first one stored wins), because the SDK resends the
-same event unchanged and anything else is a client bug.
+Deduplication: an event id (client-generated UUID) is stored once per
+install and ``occurredAt`` (storage/events_store.py keys its check so).
+:func:`split_duplicates` keeps the first occurrence of each id in a batch and
+drops ids already stored; a duplicate with different content is still a
+duplicate (the first one stored wins), because the SDK resends the same event
+unchanged and anything else is a client bug.
 
 Revenue: an event whose ``properties`` hold a finite number ``revenue`` (at
 most 10^12 in magnitude; negative values are refunds) and a ``currency`` of
