@@ -37,7 +37,7 @@ before (storage/event_records.py says what the other orders cost). Two
 installs sending the same UUID, or one install sending it again with another
 ``occurredAt``, which a working SDK never does, store two events; webhooks
 send only the first of them (the envelope's ``id`` is the event id, one event
-of a project and mode: ``WebhooksTables.add_fan_outs`` skips an id already
+of a project and mode: ``WebhookStore.add_fan_outs`` skips an id already
 dispatched).
 
 Retention: ``purge`` deletes raw events received more than the retention
