@@ -283,6 +283,7 @@ class WebhookActor:
         settles: list[tuple[Delivery, Delivery]] = []
         keep: list[Deadline] = []  # not due yet
         left: list[Deadline] = []  # due, left in the store
+        queued: list[Deadline] = []  # due, in the ready queue: the timer has nothing to do
         for d in found:
             endpoint = self._endpoints.get(d.endpoint_id)
             if endpoint is None:
@@ -298,12 +299,14 @@ class WebhookActor:
             elif not self._plan_allows(endpoint.project_id, plans):
                 self._queue.leave(settled)
                 left.append(deadline)
-            elif not self._queue.add(settled):
+            elif self._queue.add(settled):
+                queued.append(deadline)
+            else:
                 left.append(deadline)
         written = {dl for _, s in settles if (dl := attempt_deadline(s)) is not None}
-        stored = self._store.persisted_deadlines(keep + left) | written
+        stored = self._store.persisted_deadlines(keep + left + queued) | written
         arm = [dl for dl in keep if dl not in stored]
-        disarm = [dl for dl in left if dl in stored]
+        disarm = [dl for dl in left + queued if dl in stored]
         if not (settles or arm or disarm):
             return None, []
 

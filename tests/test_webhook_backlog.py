@@ -346,9 +346,10 @@ class DeadlineWork:
     armed: int = 0
     removed: int = 0
     fired: int = 0
+    idle: int = 0  # fired for a delivery already queued or in flight: nothing to do
 
     def reset(self) -> None:
-        self.armed = self.removed = self.fired = 0
+        self.armed = self.removed = self.fired = self.idle = 0
 
 
 @pytest.fixture
@@ -369,6 +370,7 @@ def deadline_work(monkeypatch: pytest.MonkeyPatch) -> DeadlineWork:
 
     def counted_fire(self: WebhookActor, d: Deadline) -> None:
         work.fired += 1
+        work.idle += self._queue.is_busy(d.ref)
         fire(self, d)
 
     monkeypatch.setattr(LmdbStore, "put_deadline", counted_put)
@@ -412,8 +414,10 @@ async def test_a_restart_costs_no_deadline_work_for_the_backlog_left_in_the_stor
     attempted = len(receiver.attempts)
     async with running(store, clock, receiver) as again:
         await trio.sleep(LIMIT_S / 2)  # no attempt has ended yet
-        # Nothing armed; only deadlines the stop left behind fired or went.
+        # Nothing armed; only deadlines the stop left behind fired or went,
+        # and none for a delivery the restart queued (its deadline went then).
         _assert_no_deadline_work(store, work, again, armed_at_stop)
+        assert work.idle == 0 and work.removed > 0
         receiver.hung = False
         stored = await _all_delivered(again, receiver, project_id, count)
     assert peak[endpoint_id] <= READY_PER_ENDPOINT
