@@ -274,7 +274,8 @@ class WebhookActor:
         an endpoint that is not Off (turning it on brings them back), a
         waiting delivery not due yet keeps its deadline (written again only
         if it is not in the store); one due is queued in its endpoint's ready
-        queue while the cap allows, and otherwise left in the store to be
+        queue while the cap allows (its stored deadline removed: the queue
+        holds it, a restart finds it open), and otherwise left in the store to be
         read back, oldest first, as if ``add`` had refused it: without a
         deadline, so the timer does not fire it. While the organization's
         plan lacks webhooks, every due delivery is left there (its read-back
