@@ -119,7 +119,7 @@ async def set_enabled(actor: WebhookActor, project_id: str, mode: Mode, endpoint
                    else records.turn_off(endpoint, now, detail))
         saved = await _save(actor, changed, idem)
         if on and endpoint.is_off:
-            await actor.rearm(saved)
+            await actor.rearm_or_later(saved)
         if not on:
             actor.drop_ready(endpoint.id)
         return saved

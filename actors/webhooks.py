@@ -101,7 +101,7 @@ from storage.webhooks_store import ATTEMPT_DEADLINE, WebhookStore, attempt_deadl
 from storage.writer import Op
 from svc_engine import webhook_delivery as deliveries
 from svc_engine.deadlines import Deadline
-from svc_engine.errors import Overloaded
+from svc_engine.errors import Overloaded, StorageUnavailable
 from svc_engine.outbox import OutboxEvent
 from svc_engine.plans import QUOTAS
 from svc_engine.webhook_delivery import WAITING, Delivery, DeliveryStatus
@@ -167,6 +167,9 @@ class WebhookActor:
         self._parked_plan: dict[str, set[str]] = {}
         # project id -> overflowed endpoints whose read-back waits for the plan
         self._held_refills: dict[str, set[str]] = {}
+        # endpoints turned on whose backlog could not all be brought back (a
+        # write failed): each tick tries again (``rearm_later``)
+        self._rearm_pending: set[str] = set()
         self._bodies = RecentBodies()  # of dispatched events (body_key)
         self._stats = WebhookStats()
 
@@ -253,6 +256,32 @@ class WebhookActor:
                 break
         self._pump(Changes())  # start what was queued; read back as the queue runs down
 
+    async def rearm_or_later(self, endpoint: Endpoint) -> None:
+        """``rearm``; when the store cannot write part way, the rest of the
+        backlog is brought back by a later tick (every second until a write
+        works) instead of waiting for a restart. Bringing back again what
+        was brought back is a no-op (queued ones are busy, those left are
+        left again, deadlines stored are not written twice)."""
+        try:
+            await self.rearm(endpoint)
+        except StorageUnavailable as e:
+            log.warning("webhooks: endpoint %s is on, but bringing back its waiting "
+                        "deliveries failed (%s); retrying every second", endpoint.id, e)
+            self._rearm_pending.add(endpoint.id)
+            self._wakeup.notify()
+
+    async def _rearm_pending_ones(self) -> None:
+        for endpoint_id in list(self._rearm_pending):
+            endpoint = self._endpoints.get(endpoint_id)
+            if endpoint is None or endpoint.is_off:  # deleted or off again: nothing to do
+                self._rearm_pending.discard(endpoint_id)
+                continue
+            try:
+                await self.rearm(endpoint)
+            except StorageUnavailable:
+                return  # the store still cannot write: next tick
+            self._rearm_pending.discard(endpoint_id)
+
     async def _bring_back(self, found: list[Delivery], now_ms: int, plans: dict[str, bool],
                           *, schedule: bool) -> None:
         """Bring back one page of open deliveries (``_bring_back_page``) and
@@ -330,7 +359,9 @@ class WebhookActor:
     async def _tick(self) -> TickResult:
         dispatched = await self._dispatch(self._store.read_outbox(OUTBOX_BATCH))
         self._resume_plan_parked()
-        return TickResult(dispatched, bool(self._parked_plan or self._held_refills))
+        await self._rearm_pending_ones()
+        return TickResult(dispatched, bool(self._parked_plan or self._held_refills
+                                           or self._rearm_pending))
 
     async def _dispatch(self, batch: list[tuple[bytes, OutboxEvent]]) -> int:
         if not batch:

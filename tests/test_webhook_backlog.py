@@ -26,7 +26,7 @@ import pytest
 import trio
 import trio.testing
 
-from actors import webhook_admin
+from actors import webhook_admin, webhooks
 from actors.clock import Clock, TrioWallClock
 from actors.timer import TimerActor
 from actors.webhook_queue import READY_PER_ENDPOINT, SendQueue
@@ -36,6 +36,7 @@ from storage.lmdb_store import LmdbStore
 from storage.webhooks_store import ATTEMPT_DEADLINE, attempt_deadline
 from svc_engine import webhook_delivery as wd
 from svc_engine.deadlines import Deadline
+from svc_engine.errors import StorageUnavailable
 from svc_engine.keys import Mode
 from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.plans import Plan
@@ -518,6 +519,43 @@ async def test_turning_on_costs_no_deadline_work_for_the_backlog_left_in_the_sto
         stored = await _all_delivered(actor, receiver, project_id, count)
     assert peak[endpoint_id] <= READY_PER_ENDPOINT
     _assert_oldest_first(stored, receiver, attempted, count)
+
+
+async def test_a_turn_on_whose_write_fails_part_way_brings_the_rest_back_later(
+        store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store cannot write while a turn-on brings the backlog back (from
+    its second page of ten on; the first page's ten are queued, nothing is
+    left overflowed for a read-back to find the rest from): the endpoint is
+    on all the same, and a later tick, once the store writes again, brings
+    back the rest (not the next restart); every delivery then goes once."""
+    b = backlog
+    actor, receiver = b.actor, b.receiver
+    await _switch(actor, b.project_id, b.endpoint_id, on=False)
+    await trio.sleep(3600)
+    monkeypatch.setattr(webhooks, "RECOVER_PAGE", 10)
+    pages, down = 0, True
+    bring_back = actor._bring_back
+
+    async def failing_third(found: list[Delivery], now_ms: int, plans: dict[str, bool], *,
+                            schedule: bool) -> None:
+        nonlocal pages
+        pages += 1
+        if down and pages >= 2:
+            raise StorageUnavailable("storage error: no space left on device (test)")
+        await bring_back(found, now_ms, plans, schedule=schedule)
+
+    monkeypatch.setattr(actor, "_bring_back", failing_third)
+    endpoint = await _switch(actor, b.project_id, b.endpoint_id, on=True)
+    assert not endpoint.is_off and pages == 2
+    assert actor._rearm_pending == {b.endpoint_id}
+    await actor.tick()  # the store still cannot write: still pending
+    assert actor._rearm_pending == {b.endpoint_id}
+    down = False
+    await actor.tick()
+    assert actor._rearm_pending == set()
+    receiver.hung = False
+    await _all_delivered(actor, receiver, b.project_id, b.count)
 
 
 async def test_turning_on_below_growth_keeps_the_backlog_in_the_store(
