@@ -96,7 +96,8 @@ METRIC_FIELDS = {"svc_store_used_bytes": "store_used", "svc_store_writes_total":
                  "svc_http_connections": "connections",
                  "svc_http_requests_shed_total": "shed",
                  "svc_store_write_queue": "write_queue",
-                 "svc_webhook_body_cache_bytes": "body_cache"}
+                 "svc_webhook_body_cache_bytes": "body_cache",
+                 "svc_store_decode_cache_bytes": "decode_cache"}
 
 
 def free_port(start: int, skip: AbstractSet[int] = frozenset()) -> int:

@@ -52,6 +52,10 @@ PER_KEY_NOISE_BYTES = 40.0
 # thread cache, which keeps an idle worker thread ~10 s).
 FD_SLACK = 16
 THREAD_SLACK = 8
+# Bounded caches that fill with traffic, not keys, as sampled (bench/soak.py
+# METRIC_FIELDS) and named in the verdict.
+TRAFFIC_CACHES = (("body_cache", "webhook body cache"),
+                  ("decode_cache", "decoded-record cache"))
 
 
 def phase_of(t_s: float, total_s: float) -> str:
@@ -158,18 +162,20 @@ def verdict(samples: Sequence[Mapping[str, Any]], total_s: float,
     could have gained from the fresh phase's keys (bench/soak_calibrate.py)."""
     lines: list[str] = []
     bounds = phase_bounds(total_s)
-    # The webhook body cache is bounded (16 MiB) but fills with traffic, not
-    # with keys: at a soak's few dozen events a second it takes most of an
-    # hour, which would read as growth with known keys. Judged net of it when
-    # the service reports it (svc_webhook_body_cache_bytes).
-    by_cache = bool(samples) and all(s.get("body_cache") is not None for s in samples)
-    if by_cache:
-        samples = [{**s, "rss_anon_net": s["rss_anon"] - s["body_cache"]} for s in samples]
-    anon = growth(samples, "rss_anon_net" if by_cache else "rss_anon", total_s)
+    # Caches bounded by bytes that fill with traffic, not with keys (a soak
+    # fills them for tens of minutes), would read as growth with known keys:
+    # judged net of each the service reports in every sample.
+    caches = [(field, name) for field, name in TRAFFIC_CACHES
+              if samples and all(s.get(field) is not None for s in samples)]
+    if caches:
+        samples = [{**s, "rss_anon_net": s["rss_anon"] - sum(s[f] for f, _ in caches)}
+                   for s in samples]
+    anon = growth(samples, "rss_anon_net" if caches else "rss_anon", total_s)
     fresh_s = bounds["fresh"][1] - bounds["fresh"][0]
-    if by_cache:
-        lines.append(f"anon RSS below is net of the webhook body cache (bounded, fills with "
-                     f"traffic): {mib(float(samples[-1]['body_cache']))} at the end")
+    if caches:
+        lines.append("anon RSS below is net of " + " and ".join(
+            f"the {name} ({mib(float(samples[-1][field]))} at the end)" for field, name in caches)
+            + ": bounded, they fill with traffic")
     lines.append(
         f"anon RSS: {mib(anon.warm_value)} at the end of warm-up -> {mib(anon.end_value)} at "
         f"the end: {signed_mib(anon.per_hour_overall)}/h extrapolated; fitted (Theil-Sen): "

@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import attrs
 import cbor2
@@ -215,7 +217,7 @@ class WebhookStore:
         with self.store.read() as txn:
             return self._recent(txn, self._newer, project_id, mode, endpoint_id, status, limit)
 
-    async def recent_off_loop(self, reads: trio.CapacityLimiter, project_id: str,
+    async def recent_off_loop(self, reads: AbstractAsyncContextManager[Any], project_id: str,
                               mode: Mode, *, endpoint_id: str | None = None,
                               status: DeliveryStatus | None = None, limit: int = 50,
                               run: Reader = trio.to_thread.run_sync) -> list[Delivery]:

@@ -91,6 +91,26 @@ def test_the_webhook_body_cache_filling_is_not_growth_with_known_keys() -> None:
     assert not sv.verdict(beside, 600, {"fresh": {"addresses": 50_000}}).steady
 
 
+def test_the_decoded_record_cache_filling_is_set_aside_beside_the_body_cache() -> None:
+    """Both byte-bounded caches that fill with traffic are reported and set
+    aside; one that fills while the other is full is no growth either."""
+    def body(t: float) -> float:
+        return min(16 * MIB, t * 200_000)
+
+    def decoded(t: float) -> float:
+        return min(16 * MIB, t * 10_000)
+
+    filling = run(600, lambda t: 100 * MIB + body(t) + decoded(t))
+    for s in filling:
+        s["body_cache"], s["decode_cache"] = body(s["t"]), decoded(s["t"])
+    v = sv.verdict(filling, 600, {"fresh": {"addresses": 50_000}})
+    assert v.steady
+    assert any("net of the webhook body cache" in line and "decoded-record cache" in line
+               for line in v.lines)
+    only_body = [{k: x for k, x in s.items() if k != "decode_cache"} for s in filling]
+    assert not sv.verdict(only_body, 600, {"fresh": {"addresses": 50_000}}).steady
+
+
 def test_growth_only_with_new_keys_is_charged_per_key() -> None:
     fresh_from = 0.55 * 600
 
@@ -151,8 +171,9 @@ def test_parse_metrics_takes_the_sampled_families() -> None:
     text = ("# HELP svc_store_used_bytes x\n# TYPE svc_store_used_bytes gauge\n"
             "svc_store_used_bytes 12345\nsvc_webhook_deliveries_ready 3\n"
             'svc_http_requests_total{family="sdk",status="2xx"} 9\n'
-            "svc_timer_deadlines_held 7\n")
-    assert parse_metrics(text) == {"store_used": 12345.0, "ready": 3.0, "timer_held": 7.0}
+            "svc_timer_deadlines_held 7\nsvc_store_decode_cache_bytes 4096\n")
+    assert parse_metrics(text) == {"store_used": 12345.0, "ready": 3.0, "timer_held": 7.0,
+                                   "decode_cache": 4096.0}
 
 
 def test_keyspace_repeats_its_pool_then_draws_fresh_values() -> None:

@@ -63,6 +63,9 @@ def store_metrics(store: LmdbStore) -> Collector:
             gauge("svc_store_map_size_bytes", "LMDB map size (SVC_MAP_SIZE).",
                   space["map_size"]),
             gauge("svc_store_used_bytes", "Bytes of the map in use.", space["used_bytes"]),
+            gauge("svc_store_decode_cache_bytes",
+                  "Memory the cache of decoded records holds, as charged (at most 16 MiB; "
+                  "fills with traffic).", store.cache.size_bytes),
         ]
 
     return collect

@@ -8,7 +8,6 @@ from typing import TypeVar
 from urllib.parse import SplitResult, urlsplit
 
 import attrs
-import trio
 
 from actors.clock import Clock
 from actors.registry import Registry
@@ -20,11 +19,9 @@ from storage.links_store import LinksStore
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
 from svc_engine.links import default_domain
+from web.read_threads import ReadThreads
 
 T = TypeVar("T")
-
-READ_THREADS = 2
-"""Long reads (``Services.off_loop``) run at once; more wait their turn."""
 
 
 def system_random(n: int) -> bytes:
@@ -47,8 +44,7 @@ class Services:
     webhooks: WebhookActor | None = None
     links: LinksStore = attrs.field(init=False)
     attribution: AttributionStore = attrs.field(init=False)
-    reads: trio.CapacityLimiter = attrs.field(
-        init=False, factory=lambda: trio.CapacityLimiter(READ_THREADS))
+    reads: ReadThreads = attrs.field(init=False, factory=ReadThreads)
     # Projects with an export streaming (web/export.py: one at a time each).
     exports: set[str] = attrs.field(init=False, factory=set)
 
@@ -62,10 +58,9 @@ class Services:
         filtered scan, an export's page). On the event loop it would hold
         every redirect and SDK call behind it (hundreds of milliseconds, and
         the load shedder's 503s past ``SVC_MAX_LAG_MS``); in a thread the loop
-        gets the interpreter back every switch interval (5 ms). LMDB read
-        transactions may be used from any thread (py-lmdb opens the
-        environment with MDB_NOTLS). At most ``READ_THREADS`` run at once."""
-        return await trio.to_thread.run_sync(read, limiter=self.reads)
+        gets the interpreter back within a short switch interval
+        (web/read_threads.py). At most ``READ_THREADS`` run at once."""
+        return await self.reads.run(read)
 
     @property
     def default_domain(self) -> str:

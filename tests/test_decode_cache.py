@@ -1,0 +1,64 @@
+"""The decoded-record cache (storage/decode_cache.py): bounded by memory, not entries."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+from storage import decode_cache
+from storage.codec import encode
+from storage.decode_cache import DecodeCache, entry_bytes
+from svc_engine.keys import Mode
+from svc_engine.links import Link
+
+PROJECT = "00000000-0000-4000-8000-000000000001"
+
+
+def link(n: int, *, params: int = 2, value_len: int = 4) -> bytes:
+    """A stored link (its bytes as read from LMDB), ``params`` params of ``value_len``."""
+    record = Link(id=f"00000000-0000-4000-8000-{n:012d}", project_id=PROJECT, mode=Mode.LIVE,
+                  domain="sho.rt", slug=f"s{n:07d}", path=f"/product/{n}", created_at_ms=1,
+                  updated_at_ms=2, campaign="spring", channel="email",
+                  params={f"k{i:03d}": f"{n:07d}".ljust(value_len, "v") for i in range(params)})
+    return bytearray(encode(record))  # a fresh copy each read, as from the store
+
+
+def test_a_cache_of_large_records_holds_about_its_bound() -> None:
+    """300 links of ~55 KB stored (the largest a link may be: 50 params of
+    1,000 characters) kept ~33 MiB in a cache bounded by entries; bounded by
+    bytes, it holds about its 16 MiB."""
+    cache = DecodeCache()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(300):
+            cache.decode(Link, bytes(link(n, params=50, value_len=1000)))
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert cache.size_bytes <= decode_cache.MAX_BYTES
+    assert held < decode_cache.MAX_BYTES * 1.25, held
+    assert len(cache) < 300
+
+
+def test_the_oldest_entries_go_first_and_a_hit_is_the_same_record() -> None:
+    raws = [bytes(link(n)) for n in range(10)]
+    cache = DecodeCache(max_bytes=5 * entry_bytes(len(raws[0])))
+    first = [cache.decode(Link, raw) for raw in raws[:5]]
+    assert cache.decode(Link, bytes(link(0))) is first[0]  # by the bytes, not the object
+    assert cache.size_bytes == 5 * entry_bytes(len(raws[0]))
+    for raw in raws[5:8]:
+        cache.decode(Link, raw)
+    assert len(cache) == 5 and cache.size_bytes <= 5 * entry_bytes(len(raws[0]))
+    assert cache.decode(Link, raws[0]) is not first[0]  # dropped, decoded again
+    assert cache.decode(Link, raws[4]) is first[4]
+
+
+def test_a_record_larger_than_the_cache_is_decoded_each_time() -> None:
+    raw = bytes(link(1, params=20, value_len=200))
+    cache = DecodeCache(max_bytes=entry_bytes(len(raw)) - 1)
+    one = cache.decode(Link, raw)
+    assert cache.decode(Link, raw) == one and cache.decode(Link, raw) is not one
+    assert len(cache) == 0 and cache.size_bytes == 0

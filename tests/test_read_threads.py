@@ -1,0 +1,91 @@
+"""Long reads in worker threads (web/read_threads.py): at most N at once, and
+the interpreter's switch interval lowered while any runs, put back after."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+import trio
+import trio.testing
+
+from web.read_threads import READ_SWITCH_S, ReadThreads
+
+
+@pytest.fixture(autouse=True)
+def usual_interval() -> Iterator[None]:
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    yield
+    sys.setswitchinterval(before)
+
+
+class Held:
+    """A read that says when it started (on the event loop) and ends when released."""
+
+    def __init__(self) -> None:
+        self.started = trio.Event()
+        self.release = threading.Event()
+        self.interval = 0.0
+
+    def __call__(self) -> None:
+        self.interval = sys.getswitchinterval()
+        trio.from_thread.run_sync(self.started.set)
+        self.release.wait(10)
+
+
+async def test_a_read_runs_in_a_thread_with_the_short_interval_then_puts_it_back() -> None:
+    reads = ReadThreads()
+    seen = await reads.run(lambda: (threading.current_thread() is threading.main_thread(),
+                                    sys.getswitchinterval()))
+    assert seen == (False, pytest.approx(READ_SWITCH_S))
+    assert sys.getswitchinterval() == pytest.approx(0.005) and reads.running == 0
+
+
+async def test_overlapping_reads_put_it_back_after_the_last_and_wait_for_a_slot() -> None:
+    reads = ReadThreads(threads=2)
+    held = [Held() for _ in range(3)]
+    done = [trio.Event() for _ in range(3)]
+
+    async def one(n: int) -> None:
+        await reads.run(held[n])
+        done[n].set()
+
+    async with trio.open_nursery() as nursery:
+        for n in range(2):
+            nursery.start_soon(one, n)
+            await held[n].started.wait()
+        nursery.start_soon(one, 2)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not held[2].started.is_set() and reads.running == 2  # the third waits
+        held[0].release.set()
+        await done[0].wait()
+        await held[2].started.wait()
+        assert held[2].interval == pytest.approx(READ_SWITCH_S)
+        assert sys.getswitchinterval() == pytest.approx(READ_SWITCH_S)  # 1 and 2 still read
+        held[1].release.set()
+        held[2].release.set()
+    assert reads.running == 0 and sys.getswitchinterval() == pytest.approx(0.005)
+
+
+async def test_a_failing_read_or_one_cancelled_while_waiting_puts_it_back() -> None:
+    reads = ReadThreads(threads=1)
+
+    def damaged() -> None:
+        raise ValueError("damaged record")
+
+    with pytest.raises(ValueError):
+        await reads.run(damaged)
+    assert sys.getswitchinterval() == pytest.approx(0.005) and reads.running == 0
+    held = Held()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reads.run, held)
+        await held.started.wait()
+        with trio.CancelScope() as waiting:
+            waiting.cancel()
+            await reads.run(lambda: None)  # cancelled while it waits for the slot
+        assert waiting.cancelled_caught and reads.running == 1
+        held.release.set()
+    assert sys.getswitchinterval() == pytest.approx(0.005) and reads.running == 0

@@ -1,0 +1,74 @@
+"""Where the service's long reads run: worker threads, a few at a time.
+
+A read that may take longer than a tap's whole answer (an analytics range of
+a busy project, a filtered scan, an export's page) runs in a worker thread
+(``Services.off_loop``), so the event loop that serves every redirect and SDK
+call goes on meanwhile. LMDB read transactions may be used from any thread
+(py-lmdb opens the environment with MDB_NOTLS).
+
+The thread still runs Python, and CPython lets a thread keep the interpreter
+until another has asked for it for a whole switch interval (5 ms by
+default): each time the loop wakes while a read's thread holds the
+interpreter, its next answer waits up to that long. So while any read runs,
+:class:`ReadThreads` sets the interval to ``READ_SWITCH_S`` and puts the
+previous one back when the last read ends. Measured with the loop ticking
+every millisecond beside a 10 MB NDJSON export of a 1.2 GB store
+(bench/README.md, session 29): the loop's lateness p50 / p90 4.3 / 6.6 ms at
+5 ms, 1.3 / 2.2 ms at 1 ms, 0.8 / 1.6 ms at 0.5 ms, and the export no slower.
+Nothing else changes the interval; the requests' own threads (the store's
+writer) only see it lowered while a read runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from types import TracebackType
+from typing import TypeVar
+
+import trio
+
+T = TypeVar("T")
+
+READ_THREADS = 2
+"""Long reads that run at once; more wait their turn."""
+
+READ_SWITCH_S = 0.0005
+"""The interpreter's switch interval while a long read runs (seconds)."""
+
+
+class ReadThreads:
+    """At most ``threads`` long reads at once, each holding a slot for as long
+    as it reads (``async with``: a caller that begins a read transaction
+    first takes a slot, so a read waiting its turn holds no LMDB reader
+    slot), and the switch interval at ``switch_s`` while any slot is held."""
+
+    def __init__(self, threads: int = READ_THREADS, switch_s: float = READ_SWITCH_S) -> None:
+        self._limiter = trio.CapacityLimiter(threads)
+        self._switch_s = switch_s
+        self._held = 0
+        self._before = sys.getswitchinterval()
+
+    @property
+    def running(self) -> int:
+        return self._held
+
+    async def __aenter__(self) -> None:
+        await self._limiter.acquire()
+        if self._held == 0:
+            self._before = sys.getswitchinterval()
+            sys.setswitchinterval(self._switch_s)
+        self._held += 1
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self._held -= 1
+        if self._held == 0:
+            sys.setswitchinterval(self._before)
+        self._limiter.release()
+
+    async def run(self, read: Callable[[], T]) -> T:
+        """``read()`` in a worker thread, once a slot is free (waited for
+        even when cancelled: a thread cannot be stopped part way)."""
+        async with self:
+            return await trio.to_thread.run_sync(read)
