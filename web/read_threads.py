@@ -11,12 +11,14 @@ until another has asked for it for a whole switch interval (5 ms by
 default): each time the loop wakes while a read's thread holds the
 interpreter, its next answer waits up to that long. So while any read runs,
 :class:`ReadThreads` sets the interval to ``READ_SWITCH_S`` and puts the
-previous one back when the last read ends. Measured with the loop ticking
-every millisecond beside a 10 MB NDJSON export of a 1.2 GB store
-(bench/README.md, session 29): the loop's lateness p50 / p90 4.3 / 6.6 ms at
-5 ms, 1.3 / 2.2 ms at 1 ms, 0.8 / 1.6 ms at 0.5 ms, and the export no slower.
-Nothing else changes the interval; the requests' own threads (the store's
-writer) only see it lowered while a read runs.
+previous one back when the last read ends. Measured (bench/README.md,
+session 29) on a 1.2 GB store, a served link tapped every 5 ms beside a
+looping 3-day clicks export, on a machine busy with other work: redirect
+p50 / p90 / p99 2.1-3.3 / 5.6-7.5 / 10.7-14.3 ms at 5 ms, 1.8-1.9 / 4.3-4.5 /
+8.0-8.6 at 1 ms, 1.3-1.4 / 3.7-4.2 / 7.3-8.0 at 0.5 ms; each export took
+about a fifth longer (10-13 s against 9.4-10.6): a download waits a little
+longer so that taps do not. Nothing else changes the interval; the store's
+writer thread also sees it lowered while a read runs.
 """
 
 from __future__ import annotations
