@@ -14,7 +14,7 @@ from svc_engine.links import Link
 PROJECT = "00000000-0000-4000-8000-000000000001"
 
 
-def link(n: int, *, params: int = 2, value_len: int = 4) -> bytes:
+def link(n: int, *, params: int = 2, value_len: int = 4) -> bytearray:
     """A stored link (its bytes as read from LMDB), ``params`` params of ``value_len``."""
     record = Link(id=f"00000000-0000-4000-8000-{n:012d}", project_id=PROJECT, mode=Mode.LIVE,
                   domain="sho.rt", slug=f"s{n:07d}", path=f"/product/{n}", created_at_ms=1,
