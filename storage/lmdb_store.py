@@ -181,6 +181,17 @@ class LmdbStore:
     def meta(self, name: str) -> bytes | None:
         return self._get(b"meta", name.encode())
 
+    async def put_meta(self, name: str, value: bytes) -> None:
+        """Set ``name`` to ``value`` (unless it already is: no write then)."""
+        db = self._db[b"meta"]
+
+        def op(txn: lmdb.Transaction) -> None:
+            if txn.get(name.encode(), db=db) != value:
+                txn.put(name.encode(), value, db=db)
+
+        if self.meta(name) != value:
+            await self.write(op)
+
     async def put_meta_once(self, name: str, value: bytes) -> bytes:
         """Set ``name`` unless it is set; return the value that is stored."""
         db = self._db[b"meta"]

@@ -167,6 +167,25 @@ def test_serve_records_and_prints_the_domain_it_serves(
     assert report(data, public_url="https://other.example")["domain"] == "new.example.com"
 
 
+def test_a_bootstrap_beside_a_service_records_the_domain_it_serves(
+        tmp_path: os.PathLike[str]) -> None:
+    """``svc serve`` started on an empty data dir, then ``svc bootstrap`` run
+    beside it with its own (default) public URL: the project gets the domain
+    the service serves, which its links are made on."""
+    data = os.path.join(str(tmp_path), "d")
+    rnd = random.Random(8).randbytes
+
+    async def scenario(store: LmdbStore) -> None:
+        assert await tenancy.record_served_domain(store, "https://links.example") is None
+        made = await tenancy.bootstrap(store, "http://127.0.0.1:8080", rnd, 1)
+        assert made["created"] is True and made["domain"] == "links.example"
+        project = store.get_project(str(made["projectId"]))
+        assert project is not None and project.default_domain == "links.example"
+        assert await tenancy.record_served_domain(store, "https://links.example") is None
+
+    with_store(data, scenario)
+
+
 def test_record_served_domain(tmp_path: os.PathLike[str]) -> None:
     """The warning is owed only when links were made on the former domain
     (any project's, deleted ones too); a project bootstrapped before the

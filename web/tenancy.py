@@ -143,7 +143,10 @@ async def bootstrap(store: LmdbStore, public_url: str, random: Random,
     on a data dir that has them, report what exists (no password or secret keys).
 
     ``public_url`` is used only to create: its host is the default link
-    domain recorded with the new project. A report of an existing data dir
+    domain recorded with the new project, unless a ``svc serve`` already
+    recorded the domain it serves (:func:`record_served_domain`; a bootstrap
+    run beside the service records that one, not its own settings' domain).
+    A report of an existing data dir
     tells what is stored (:func:`link_domains`: the domain ``svc serve`` last
     served, which it records at start), whatever the ``public_url`` of this
     invocation (``svc bootstrap`` run without the service's
@@ -158,7 +161,8 @@ async def bootstrap(store: LmdbStore, public_url: str, random: Random,
         return {"created": False, "organizationId": info["org_id"],
                 "projectId": info["project_id"], "domain": domain, "customDomains": custom,
                 "keys": keys, "owner": {"email": info["email"]}}
-    domain = domain_of(public_url)
+    served = store.meta(SERVED_DOMAIN)
+    domain = served.decode() if served is not None else domain_of(public_url)
     org = await create_org(store, "My organization", Plan.GROWTH, random, now_ms)
     project, keys = await create_project(store, org.id, "My app", random, now_ms,
                                          default_domain=domain)
@@ -176,6 +180,7 @@ async def bootstrap(store: LmdbStore, public_url: str, random: Random,
 
 
 LINKS_LOOKED_AT = 100  # per mode, newest first, for a project without a recorded domain
+SERVED_DOMAIN = "served_domain"  # meta: the default link domain the last ``svc serve`` served
 
 
 def link_domains(store: LmdbStore, project_id: str) -> tuple[str | None, list[str]]:
@@ -201,8 +206,10 @@ def link_domains(store: LmdbStore, project_id: str) -> tuple[str | None, list[st
 
 
 async def record_served_domain(store: LmdbStore, public_url: str) -> str | None:
-    """Record with the bootstrap project the default link domain the service
-    serves (``public_url``'s host), at start: ``svc serve --bootstrap``
+    """Record the default link domain the service serves (``public_url``'s
+    host), at start: in the data dir (``SERVED_DOMAIN``, for a ``svc
+    bootstrap`` run beside a service started on an empty one) and with the
+    bootstrap project. ``svc serve --bootstrap``
     prints it, and ``svc bootstrap`` run apart from the service reports the
     domain the service makes links on, not one it served before.
 
@@ -211,12 +218,13 @@ async def record_served_domain(store: LmdbStore, public_url: str) -> str | None:
     their short URLs, which no longer answer (the redirector looks a slug up
     on the default domain or a custom one). None otherwise, and on a data
     dir without a bootstrap project."""
+    served = domain_of(public_url)
+    await store.put_meta(SERVED_DOMAIN, served.encode())  # for a bootstrap while serving
     existing = store.meta("bootstrap")
     if existing is None:
         return None
     project_id = cbor2.loads(existing)["project_id"]
     project = store.get_project(project_id)
-    served = domain_of(public_url)
     if project is None or project.default_domain == served:
         return None
     before, _ = link_domains(store, project_id)
