@@ -28,7 +28,7 @@ from storage.lmdb_store import LmdbStore
 from svc_engine.keys import Mode
 from svc_engine.links import Link
 from tests.server_process import ServerProcess
-from web import tenancy
+from web import serve_lock, tenancy
 
 pytestmark = pytest.mark.e2e
 
@@ -167,6 +167,20 @@ def test_serve_records_and_prints_the_domain_it_serves(
     assert report(data, public_url="https://other.example")["domain"] == "new.example.com"
 
 
+def test_svc_bootstrap_beside_a_service_started_empty_takes_its_domain(
+        tmp_path: os.PathLike[str], server_factory: type[ServerProcess]) -> None:
+    """``svc serve`` on an empty data dir, then ``svc bootstrap`` (the real
+    CLI, with its default public URL) beside it: the project's domain is the
+    one the service serves."""
+    data = os.path.join(str(tmp_path), "d")
+    running = serve(server_factory, data, "https://served.example", bootstrap=False)
+    try:
+        made = report(data)
+        assert made["created"] is True and made["domain"] == "served.example"
+    finally:
+        assert running.stop() == 0
+
+
 def test_a_bootstrap_beside_a_service_records_the_domain_it_serves(
         tmp_path: os.PathLike[str]) -> None:
     """``svc serve`` started on an empty data dir, then ``svc bootstrap`` run
@@ -177,13 +191,38 @@ def test_a_bootstrap_beside_a_service_records_the_domain_it_serves(
 
     async def scenario(store: LmdbStore) -> None:
         assert await tenancy.record_served_domain(store, "https://links.example") is None
-        made = await tenancy.bootstrap(store, "http://127.0.0.1:8080", rnd, 1)
+        made = await tenancy.bootstrap(store, "http://127.0.0.1:8080", rnd, 1, serving=True)
         assert made["created"] is True and made["domain"] == "links.example"
         project = store.get_project(str(made["projectId"]))
         assert project is not None and project.default_domain == "links.example"
         assert await tenancy.record_served_domain(store, "https://links.example") is None
 
     with_store(data, scenario)
+
+
+def test_a_bootstrap_after_the_service_stopped_takes_its_own_public_url(
+        tmp_path: os.PathLike[str]) -> None:
+    """The domain a stopped service served is not what the operator asks for
+    now: ``svc bootstrap --public-url`` (through the real CLI) records its own."""
+    data = os.path.join(str(tmp_path), "d")
+
+    async def served(store: LmdbStore) -> None:
+        assert await tenancy.record_served_domain(store, "http://127.0.0.1:8080") is None
+
+    with_store(data, served)
+    assert serve_lock.is_served(data) is False
+    assert report(data, public_url="https://go.example.com")["domain"] == "go.example.com"
+
+
+def test_is_served_while_a_serve_holds_the_lock(tmp_path: os.PathLike[str]) -> None:
+    data = os.path.join(str(tmp_path), "d")
+    assert serve_lock.is_served(data) is False  # no data dir yet
+    held = serve_lock.hold(data)
+    try:
+        assert serve_lock.is_served(data) is True
+    finally:
+        held.close()
+    assert serve_lock.is_served(data) is False
 
 
 def test_record_served_domain(tmp_path: os.PathLike[str]) -> None:

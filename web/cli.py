@@ -39,7 +39,7 @@ from svc_engine.ids import is_uuid
 from svc_engine.keys import KeyKind, Mode
 from svc_engine.plans import parse_plan
 from svc_engine.records import Role
-from web import tenancy
+from web import serve_lock, tenancy
 from web.services import system_random
 
 
@@ -125,7 +125,8 @@ def cmd_bootstrap(args: argparse.Namespace) -> None:
     cfg = _config(args)
 
     async def go(store: LmdbStore) -> dict[str, object]:
-        return await tenancy.bootstrap(store, cfg.base_url, system_random, _now())
+        return await tenancy.bootstrap(store, cfg.base_url, system_random, _now(),
+                                       serving=serve_lock.is_served(cfg.data_dir))
 
     info = _with_store(cfg, go, create=True)
     if args.json:

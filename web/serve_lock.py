@@ -25,6 +25,22 @@ class DataDirBusy(Exception):
     """Another process serves this data directory."""
 
 
+def is_served(data_dir: str) -> bool:
+    """Whether a ``svc serve`` holds the data directory now (a shared lock
+    attempt meets its exclusive one; taken and let go at once otherwise)."""
+    try:
+        f = open(os.path.join(data_dir, LOCK_NAME))  # noqa: SIM115 - closed below
+    except OSError:
+        return False  # no lock file: never served
+    with f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        return False
+
+
 def hold(data_dir: str) -> IO[str]:
     """Take the data directory's serve lock; keep the returned file open
     for as long as the process serves (closing it releases the lock)."""

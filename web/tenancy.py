@@ -138,14 +138,15 @@ async def add_member(store: LmdbStore, org_id: str, user_id: str, role: Role,
 
 
 async def bootstrap(store: LmdbStore, public_url: str, random: Random,
-                    now_ms: int) -> dict[str, object]:
+                    now_ms: int, *, serving: bool = False) -> dict[str, object]:
     """Create the first organization, project, owner and keys on an empty data dir;
     on a data dir that has them, report what exists (no password or secret keys).
 
     ``public_url`` is used only to create: its host is the default link
-    domain recorded with the new project, unless a ``svc serve`` already
-    recorded the domain it serves (:func:`record_served_domain`; a bootstrap
-    run beside the service records that one, not its own settings' domain).
+    domain recorded with the new project, unless ``serving`` (a ``svc
+    serve`` holds the data dir now) and it recorded the domain it serves
+    (:func:`record_served_domain`): a bootstrap run beside the service
+    records the domain its links are made on, not its own settings' one.
     A report of an existing data dir
     tells what is stored (:func:`link_domains`: the domain ``svc serve`` last
     served, which it records at start), whatever the ``public_url`` of this
@@ -161,7 +162,7 @@ async def bootstrap(store: LmdbStore, public_url: str, random: Random,
         return {"created": False, "organizationId": info["org_id"],
                 "projectId": info["project_id"], "domain": domain, "customDomains": custom,
                 "keys": keys, "owner": {"email": info["email"]}}
-    served = store.meta(SERVED_DOMAIN)
+    served = store.meta(SERVED_DOMAIN) if serving else None
     domain = served.decode() if served is not None else domain_of(public_url)
     org = await create_org(store, "My organization", Plan.GROWTH, random, now_ms)
     project, keys = await create_project(store, org.id, "My app", random, now_ms,
