@@ -115,7 +115,7 @@ def parse_top(raw: str | None) -> int | None:
     number from 1 to ``MAX_TOP``."""
     if not raw:
         return None
-    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_TOP:
+    if len(raw) > 4 or not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_TOP:
         raise ValidationError(f"top: a whole number from 1 to {MAX_TOP}", field="top")
     return int(raw)
 

@@ -162,7 +162,8 @@ def test_parse_top(raw: str | None, top: int | None) -> None:
     assert parse_top(raw) == top
 
 
-@pytest.mark.parametrize("raw", ["0", "1001", "-1", "+5", "2.5", "ten", "\u0665", " 5"])
+@pytest.mark.parametrize("raw", ["0", "1001", "-1", "+5", "2.5", "ten", "\u0665", " 5",
+                                 "00001", "9" * 5000])
 def test_parse_top_refusals(raw: str) -> None:
     with pytest.raises(ValidationError) as e:
         parse_top(raw)

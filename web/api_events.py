@@ -68,8 +68,16 @@ BENCH_ENV = "SVC_BENCH_ENDPOINTS"
 _DAY: Schema = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
 _RANGE = (query("from", _DAY), query("to", _DAY))
 _COUNTS: Schema = {"type": "object", "additionalProperties": {"type": "integer"}}
+_OMITTED: Schema = {
+    "type": "object", "description": "with top=N only: per breakdown cut, how many values "
+                                     "were left out and what they add up to",
+    "additionalProperties": {"type": "object", "required": ["values", "count"],
+                             "properties": {"values": {"type": "integer"},
+                                            "count": {"type": "integer"}}}}
 _METRIC: Schema = {"type": "object", "required": ["total", "byDay"],
-                   "properties": {"total": {"type": "integer"}, "byDay": _COUNTS}}
+                   "properties": {"total": {"type": "integer"}, "byDay": _COUNTS,
+                                  "omitted": _OMITTED}}
+_TOP = query("top", {"type": "integer", "minimum": 1, "maximum": 1000})
 EVENTS_BATCH: Schema = {
     "type": "object", "required": ["installId", "events"],
     "properties": {
@@ -128,10 +136,10 @@ OPENAPI_PATHS: dict[str, dict[str, Any]] = {
         answer=EVENTS_ANSWER, errors=(404, 409), write=True)},
     "/v1/analytics/summary": {"get": op(
         "Counts of the project, or of one link, over a range of days", key="server",
-        answer=SUMMARY, errors=(400, 404), params=(*_RANGE, query("linkId", UUID)))},
+        answer=SUMMARY, errors=(400, 404), params=(*_RANGE, query("linkId", UUID), _TOP))},
     "/v1/analytics/links/{id}": {"get": op(
         "Counts of one link over a range of days", key="server", answer=SUMMARY,
-        errors=(400, 404), params=(path_param("id", UUID), *_RANGE))},
+        errors=(400, 404), params=(path_param("id", UUID), *_RANGE, _TOP))},
     "/v1/analytics/links/{id}/funnel": {"get": op(
         "A link's funnel: clicks, installs, opens, conversions", key="server", answer=FUNNEL,
         errors=(400, 404), params=(path_param("id", UUID), *_RANGE))},
