@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import httpx
 import pytest
+import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from actors.clock import TrioWallClock
@@ -174,6 +175,25 @@ async def test_requests_are_counted_by_family_and_parts_report(metered: App) -> 
     for private in ("spring-sale", "no-such-link", "/p/1", "Chrome", "example.com",
                     metered.project_id, TOKEN):
         assert private not in r.text, private
+
+
+async def test_an_answer_cut_short_is_still_counted(metered: App) -> None:
+    """A client gone (or a write ended by the server's send watch) while the
+    answer goes out: the request is still counted (and logged)."""
+    scope = {"type": "http", "method": "GET", "path": "/healthz", "query_string": b"",
+             "headers": [], "client": ("10.0.0.1", 1)}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            raise trio.BrokenResourceError("the client went away")
+
+    with pytest.raises(trio.BrokenResourceError):
+        await metered.front(scope, receive, send)
+    fams = parse(metered.front.metrics.render().decode())
+    assert value(fams, "svc_http_requests_total", family="ops", code="2xx") == 1
 
 
 # -- over a real socket ------------------------------------------------------------

@@ -98,8 +98,10 @@ class Front:
                 resp = await self._dispatch(req)
             finally:
                 self.in_flight -= 1
-        await resp.send(send, head=req.method == "HEAD")
-        self._log(scope, resp.status, start)
+        try:
+            await resp.send(send, head=req.method == "HEAD")
+        finally:  # also an answer cut short (client gone, or ended by the send watch)
+            self._log(scope, resp.status, start)
 
     def _receive_aside(self, receive: Receive) -> Receive:
         """``receive`` for a request handled under the in-flight cap: while it
