@@ -70,6 +70,29 @@ async def test_overlapping_reads_put_it_back_after_the_last_and_wait_for_a_slot(
     assert reads.running == 0 and sys.getswitchinterval() == pytest.approx(0.005)
 
 
+async def test_two_sets_of_read_threads_share_the_process_interval() -> None:
+    """The interval is the process's: overlapping reads of two ReadThreads
+    put it back after the last of either, not after the first to end."""
+    a, b = ReadThreads(), ReadThreads()
+    held_a, held_b = Held(), Held()
+    a_done = trio.Event()
+
+    async def read_a() -> None:
+        await a.run(held_a)
+        a_done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_a)
+        await held_a.started.wait()
+        nursery.start_soon(b.run, held_b)
+        await held_b.started.wait()
+        held_a.release.set()
+        await a_done.wait()
+        assert sys.getswitchinterval() == pytest.approx(READ_SWITCH_S)  # b still reads
+        held_b.release.set()
+    assert sys.getswitchinterval() == pytest.approx(0.005)
+
+
 async def test_a_failing_read_or_one_cancelled_while_waiting_puts_it_back() -> None:
     reads = ReadThreads(threads=1)
 
@@ -83,9 +106,16 @@ async def test_a_failing_read_or_one_cancelled_while_waiting_puts_it_back() -> N
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reads.run, held)
         await held.started.wait()
-        with trio.CancelScope() as waiting:
-            waiting.cancel()
-            await reads.run(lambda: None)  # cancelled while it waits for the slot
+        waiting = trio.CancelScope()
+
+        async def wait_for_a_slot() -> None:
+            with waiting:
+                await reads.run(lambda: None)
+
+        nursery.start_soon(wait_for_a_slot)
+        await trio.testing.wait_all_tasks_blocked()  # it waits for the slot
+        waiting.cancel()
+        await trio.testing.wait_all_tasks_blocked()
         assert waiting.cancelled_caught and reads.running == 1
         held.release.set()
     assert sys.getswitchinterval() == pytest.approx(0.005) and reads.running == 0

@@ -39,17 +39,41 @@ READ_SWITCH_S = 0.0005
 """The interpreter's switch interval while a long read runs (seconds)."""
 
 
+class _ShortSwitch:
+    """The process's switch interval at ``READ_SWITCH_S`` while any read of
+    any :class:`ReadThreads` runs (the interval is the interpreter's, one per
+    process, so the count is too), the one before put back after the last.
+    Used from the event loop's thread only."""
+
+    def __init__(self) -> None:
+        self.held = 0
+        self._before = 0.0
+
+    def enter(self, switch_s: float) -> None:
+        if self.held == 0:
+            self._before = sys.getswitchinterval()
+            sys.setswitchinterval(switch_s)
+        self.held += 1
+
+    def leave(self) -> None:
+        self.held -= 1
+        if self.held == 0:
+            sys.setswitchinterval(self._before)
+
+
+_SHORT_SWITCH = _ShortSwitch()
+
+
 class ReadThreads:
     """At most ``threads`` long reads at once, each holding a slot for as long
     as it reads (``async with``: a caller that begins a read transaction
     first takes a slot, so a read waiting its turn holds no LMDB reader
-    slot), and the switch interval at ``switch_s`` while any slot is held."""
+    slot), and the switch interval short while any slot is held."""
 
     def __init__(self, threads: int = READ_THREADS, switch_s: float = READ_SWITCH_S) -> None:
         self._limiter = trio.CapacityLimiter(threads)
         self._switch_s = switch_s
         self._held = 0
-        self._before = sys.getswitchinterval()
 
     @property
     def running(self) -> int:
@@ -57,16 +81,13 @@ class ReadThreads:
 
     async def __aenter__(self) -> None:
         await self._limiter.acquire()
-        if self._held == 0:
-            self._before = sys.getswitchinterval()
-            sys.setswitchinterval(self._switch_s)
+        _SHORT_SWITCH.enter(self._switch_s)
         self._held += 1
 
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
                         tb: TracebackType | None) -> None:
         self._held -= 1
-        if self._held == 0:
-            sys.setswitchinterval(self._before)
+        _SHORT_SWITCH.leave()
         self._limiter.release()
 
     async def run(self, read: Callable[[], T]) -> T:
