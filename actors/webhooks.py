@@ -269,6 +269,8 @@ class WebhookActor:
                         "deliveries failed (%s); retrying every second", endpoint.id, e)
             self._rearm_pending.add(endpoint.id)
             self._wakeup.notify()
+        else:
+            self._rearm_pending.discard(endpoint.id)  # turned off and on again meanwhile
 
     async def _rearm_pending_ones(self) -> None:
         for endpoint_id in list(self._rearm_pending):
@@ -280,6 +282,9 @@ class WebhookActor:
                 await self.rearm(endpoint)
             except StorageUnavailable:
                 return  # the store still cannot write: next tick
+            except Exception:  # a fault of ours: logged, not retried every second
+                log.exception("webhooks: bringing back the deliveries of endpoint %s failed",
+                              endpoint_id)
             self._rearm_pending.discard(endpoint_id)
 
     async def _bring_back(self, found: list[Delivery], now_ms: int, plans: dict[str, bool],
@@ -357,9 +362,15 @@ class WebhookActor:
         return await self.mailbox.call(self._tick)
 
     async def _tick(self) -> TickResult:
-        dispatched = await self._dispatch(self._store.read_outbox(OUTBOX_BATCH))
+        refused: StorageUnavailable | None = None
+        try:
+            dispatched = await self._dispatch(self._store.read_outbox(OUTBOX_BATCH))
+        except StorageUnavailable as e:  # the events stay in the outbox
+            dispatched, refused = 0, e
         self._resume_plan_parked()
         await self._rearm_pending_ones()
+        if refused is not None:
+            raise refused  # the dispatcher ticks again in a second
         return TickResult(dispatched, bool(self._parked_plan or self._held_refills
                                            or self._rearm_pending))
 

@@ -34,6 +34,7 @@ from actors.webhook_sender import AttemptReport, SendJob
 from actors.webhooks import WebhookActor
 from storage.lmdb_store import LmdbStore
 from storage.webhooks_store import ATTEMPT_DEADLINE, attempt_deadline
+from storage.writer import Op
 from svc_engine import webhook_delivery as wd
 from svc_engine.deadlines import Deadline
 from svc_engine.errors import StorageUnavailable
@@ -524,36 +525,50 @@ async def test_turning_on_costs_no_deadline_work_for_the_backlog_left_in_the_sto
 async def test_a_turn_on_whose_write_fails_part_way_brings_the_rest_back_later(
         store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The store cannot write while a turn-on brings the backlog back (from
-    its second page of ten on; the first page's ten are queued, nothing is
-    left overflowed for a read-back to find the rest from): the endpoint is
-    on all the same, and a later tick, once the store writes again, brings
-    back the rest (not the next restart); every delivery then goes once."""
+    """The store cannot write while a turn-on brings the backlog back (the
+    write of its second page of ten, after that page's queue changes were
+    made; nothing is left overflowed for a read-back to find the rest from):
+    the endpoint is on all the same, and a later tick, once the store writes
+    again, brings back the rest (not the next restart), even when that tick's
+    own dispatch fails; every delivery then goes once."""
     b = backlog
     actor, receiver = b.actor, b.receiver
     await _switch(actor, b.project_id, b.endpoint_id, on=False)
     await trio.sleep(3600)
     monkeypatch.setattr(webhooks, "RECOVER_PAGE", 10)
     pages, down = 0, True
-    bring_back = actor._bring_back
+    bring_back_page = actor._bring_back_page
 
-    async def failing_third(found: list[Delivery], now_ms: int, plans: dict[str, bool], *,
-                            schedule: bool) -> None:
+    def failing_writes(found: list[Delivery], now_ms: int, plans: dict[str, bool]
+                       ) -> tuple[Op[None] | None, list[Deadline]]:
         nonlocal pages
         pages += 1
-        if down and pages >= 2:
-            raise StorageUnavailable("storage error: no space left on device (test)")
-        await bring_back(found, now_ms, plans, schedule=schedule)
+        op, armed = bring_back_page(found, now_ms, plans)
+        if not (down and pages >= 2):
+            return op, armed
 
-    monkeypatch.setattr(actor, "_bring_back", failing_third)
+        def refused(txn: lmdb.Transaction) -> None:
+            raise StorageUnavailable("storage error: no space left on device (test)")
+
+        return refused, armed
+
+    monkeypatch.setattr(actor, "_bring_back_page", failing_writes)
     endpoint = await _switch(actor, b.project_id, b.endpoint_id, on=True)
     assert not endpoint.is_off and pages == 2
     assert actor._rearm_pending == {b.endpoint_id}
     await actor.tick()  # the store still cannot write: still pending
     assert actor._rearm_pending == {b.endpoint_id}
     down = False
-    await actor.tick()
-    assert actor._rearm_pending == set()
+    dispatch = actor._dispatch
+
+    async def dispatch_refused(batch: list[tuple[bytes, OutboxEvent]]) -> int:
+        raise StorageUnavailable("storage error: map full (test)")
+
+    monkeypatch.setattr(actor, "_dispatch", dispatch_refused)
+    with pytest.raises(StorageUnavailable):
+        await actor.tick()
+    assert actor._rearm_pending == set()  # brought back though the tick's dispatch failed
+    monkeypatch.setattr(actor, "_dispatch", dispatch)
     receiver.hung = False
     await _all_delivered(actor, receiver, b.project_id, b.count)
 
