@@ -420,8 +420,9 @@ async def test_idle_keep_alive_connection_closes_after_the_timeout(
     assert closed_at[0] - start == pytest.approx(5.0, abs=0.01)
 
 
-async def _stalled_write(read_every_s: float | None) -> tuple[HttpServer, float, int]:
-    """``GET /big`` on a connection whose client takes 64 KiB every
+async def _stalled_write(read_every_s: float | None, path: str = "/big"
+                         ) -> tuple[HttpServer, float, int]:
+    """``GET path`` on a connection whose client takes 64 KiB every
     ``read_every_s`` seconds (None: never reads); how long the server kept
     the connection and how many bytes the client got."""
     app = App()
@@ -440,7 +441,7 @@ async def _stalled_write(read_every_s: float | None) -> tuple[HttpServer, float,
                     served_for.append(trio.current_time() - start)
 
                 nursery.start_soon(run)
-                await client_end.send_all(get("/big", b"connection: close\r\n"))
+                await client_end.send_all(get(path, b"connection: close\r\n"))
                 while read_every_s is not None:
                     await trio.sleep(read_every_s)
                     try:
@@ -454,10 +455,12 @@ async def _stalled_write(read_every_s: float | None) -> tuple[HttpServer, float,
     return server, served_for[0], got
 
 
+@pytest.mark.parametrize("path", ["/big", "/small"])  # pieces, or one write inline
 async def test_a_client_that_reads_nothing_is_cut_off(
-        autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture) -> None:
+        path: str, autojump_clock: trio.testing.MockClock,
+        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "svc.server")
-    server, served_for, got = await _stalled_write(None)
+    server, served_for, got = await _stalled_write(None, path)
     assert 60 <= served_for <= 75 and got == 0  # within 1.25 timeouts
     assert server.stalled == 1 and server.connections == set()
     assert "took nothing of an answer for 60 s" in caplog.text

@@ -21,10 +21,12 @@ when over capacity and done the TLS handshake):
    without a reset) ends the connection: the server's watch
    (``HttpServer._watch_sends``) cancels its ``scope``, so a reader that
    never reads cannot hold a connection, its memory and what its request
-   holds (a project's export slot) forever. Like nginx's ``send_timeout``
-   it bounds each write of at most ``SEND_PIECE`` bytes, not the whole
-   answer. A write only notes when it began (``sending_since``): a cancel
-   scope of its own would cost every answer ~9 µs.
+   holds (a project's export slot) forever. It bounds each write of at most
+   ``SEND_PIECE`` bytes, not the whole answer, nor progress within a piece
+   (unlike nginx's ``send_timeout``): a client that takes at least 64 KiB a
+   minute is never cut. A write only notes when it began
+   (``sending_since``): a cancel scope of its own would cost every answer
+   ~9 µs.
 
 Request heads in the common form (CRLF lines, ``content-length`` or no
 body) are parsed by web/request_head.py and their bodies read here; any
