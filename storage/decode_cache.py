@@ -25,6 +25,7 @@ one dict lookup; storing an entry and dropping old ones hold a lock.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import Any, TypeVar
 
 from storage.codec import Decodable, decode
@@ -47,7 +48,11 @@ def entry_bytes(stored_len: int) -> int:
 class DecodeCache:
     def __init__(self, max_bytes: int = MAX_BYTES) -> None:
         self._max_bytes = max_bytes
-        self._items: dict[tuple[Any, bytes], Any] = {}  # oldest first
+        # oldest first; an OrderedDict drops its oldest in O(1), where a dict's
+        # next(iter()) walks past every slot deleted before it: 4.5 µs an
+        # insert and drop at 17,000 entries, against 0.46 (timeit); a hit costs
+        # ~20 ns more (155-161 against 134-149 ns)
+        self._items: OrderedDict[tuple[Any, bytes], Any] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -82,6 +87,5 @@ class DecodeCache:
             self._items[key] = value
             self._bytes += cost
             while self._bytes > self._max_bytes:
-                oldest = next(iter(self._items))
-                del self._items[oldest]
+                oldest, _ = self._items.popitem(last=False)
                 self._bytes -= entry_bytes(len(oldest[1]))
