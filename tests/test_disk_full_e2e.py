@@ -7,10 +7,15 @@ lost, across a restart too."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import resource
 import sys
+import threading
+import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -126,3 +131,79 @@ def test_a_full_disk_refuses_writes_with_503_and_loses_nothing(
         replay = sdk.post("/v1/sdk/events", headers={"idempotency-key": f"fill-{i}"}, json=body)
         assert replay.status_code == 200
         assert replay.content == retry.content
+
+
+class _Hooks(http.server.BaseHTTPRequestHandler):
+    """A webhook receiver on loopback: answers 204 and keeps each body's event id."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["content-length"]))
+        self.seen.append(json.loads(body)["data"]["eventId"])
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _until(check: Callable[[], bool], seconds: float, what: str) -> None:
+    """Wait (polling a real process's state) until ``check`` holds."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_full_disk_with_a_webhook_endpoint_keeps_serving_and_sends_every_event(
+        server_factory: type[ServerProcess]) -> None:
+    """Events for an endpoint fill the disk: a dispatch the store refuses
+    (its deliveries need more room than the events did) leaves the events in
+    the outbox and the service serving; once there is room, every accepted
+    event reaches the receiver once."""
+    _Hooks.seen = []
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hooks)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    srv = server_factory(env={"SVC_RATE_LIMIT_PER_KEY": "0", "SVC_RATE_LIMIT_PER_CLIENT": "0"},
+                         wrap=_file_size_limited(LIMIT)).start()
+    assert srv.proc is not None
+    install = str(uuid.uuid4())
+    accepted: list[str] = []
+    try:
+        with srv.client("pk_test") as sdk, srv.client("sk_test") as server:
+            made = server.post("/v1/webhooks/endpoints", json={
+                "url": f"http://127.0.0.1:{receiver.server_address[1]}/hook",
+                "events": ["conversion"]})
+            assert made.status_code == 201, made.text
+            assert sdk.post("/v1/sdk/init", json={
+                "installId": install, "isFirstLaunch": True, "sdkVersion": "1.0.0",
+                "platform": "android"}).status_code == 200
+            refused_in_a_row = 0
+            for i in range(400):
+                events = _events(100)
+                r = sdk.post("/v1/sdk/events", headers={"idempotency-key": f"fill-{i}"},
+                             json={"installId": install, "events": events})
+                assert r.status_code in (200, 503), r.text
+                if r.status_code == 200:
+                    accepted += [e["id"] for e in events]
+                    refused_in_a_row = 0
+                else:
+                    refused_in_a_row += 1
+                    if refused_in_a_row == 10:
+                        break
+            assert refused_in_a_row == 10, "the data file never reached its size limit"
+            _until(lambda: "the store cannot write" in srv.logs(), 10,
+                   "no dispatch was refused")
+            assert srv.proc.poll() is None, srv.logs()[-2000:]  # still serving
+            assert sdk.get("/healthz").status_code == 200
+            resource.prlimit(srv.proc.pid, resource.RLIMIT_FSIZE, (INF, INF))
+            _until(lambda: len(set(_Hooks.seen)) >= len(accepted), 60,
+                   "not every accepted event was delivered")
+        assert sorted(set(_Hooks.seen)) == sorted(accepted)
+        assert "the store writes again" in srv.logs()
+    finally:
+        receiver.shutdown()
+        receiver.server_close()
+        if srv.proc.poll() is None:
+            assert srv.stop() == 0
