@@ -14,12 +14,19 @@ ordinary link, uncounted: ~+27 MiB an hour with the same keys, ~36 MiB at its
 old bound of 20,000 entries. An entry is charged :func:`entry_bytes`: what it holds,
 as measured under tracemalloc, is the key's copy of the stored bytes and the
 decoded record, about ``ENTRY_BYTES`` + twice the stored length for an
-ordinary link (1,867 measured against 1,869 charged) and for a 55 KB one
+ordinary link (1,867 measured in a dict, plus ~70 for an OrderedDict's
+node, against 1,945 charged) and for a 55 KB one
 (114 KB against 108 KB); a link of many short params holds up to about three
 times its charge (50 params of ~8 characters: 10.5 KB against 3.7 KB).
 
 Reads in worker threads (``Services.off_loop``) share the cache: a hit is
 one dict lookup; storing an entry and dropping old ones hold a lock.
+
+The entries are an OrderedDict, which drops its oldest in O(1); a dict's
+``next(iter())`` walks past every slot deleted before it: 4.5 µs an insert
+and drop at 17,000 entries, against 0.46 (timeit). A hit costs ~20 ns more
+(155-161 against 134-149 ns). actors/event_bodies.py keeps its bodies so
+too.
 """
 
 from __future__ import annotations
@@ -35,9 +42,10 @@ T = TypeVar("T")
 MAX_BYTES = 32 << 20
 """About 17,000 ordinary links (1.9 KB an entry): the working set of a
 busy service (bench-scale taps 10,000 links), where a miss costs ~20 µs."""
-ENTRY_BYTES = 1024
-"""What an entry holds beside twice its stored length: the dict slot, the
-key's tuple and bytes headers, the record object and its fields' headers."""
+ENTRY_BYTES = 1100
+"""What an entry holds beside twice its stored length: the OrderedDict's slot
+and node, the key's tuple and bytes headers, the record object and its
+fields' headers."""
 
 
 def entry_bytes(stored_len: int) -> int:
@@ -48,10 +56,6 @@ def entry_bytes(stored_len: int) -> int:
 class DecodeCache:
     def __init__(self, max_bytes: int = MAX_BYTES) -> None:
         self._max_bytes = max_bytes
-        # oldest first; an OrderedDict drops its oldest in O(1), where a dict's
-        # next(iter()) walks past every slot deleted before it: 4.5 µs an
-        # insert and drop at 17,000 entries, against 0.46 (timeit); a hit costs
-        # ~20 ns more (155-161 against 134-149 ns)
         self._items: OrderedDict[tuple[Any, bytes], Any] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()

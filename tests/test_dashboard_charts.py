@@ -74,6 +74,8 @@ def test_bars_rank_and_group_the_rest() -> None:
     assert rows[0].width == 100 and rows[1].width == 60
     assert sum(r.share for r in rows) == pytest.approx(100)
     assert bar_rows({}) == [] and bar_rows({"x": 0}) == []
+    with pytest.raises(ValueError):
+        bar_rows({"x": 1}, limit=0)
     ties = bar_rows({"b": 1, "a": 1})
     assert [r.label for r in ties] == ["a", "b"]
 
@@ -86,7 +88,7 @@ def reference_bar_rows(counts: dict[str, int], limit: int) -> list[tuple[str, in
 
 
 @given(st.dictionaries(st.text(alphabet="abc", max_size=3), st.integers(-2, 40), max_size=40),
-       st.integers(0, 10))
+       st.integers(1, 10))
 def test_bars_name_the_same_largest_as_a_full_sort(counts: dict[str, int], limit: int) -> None:
     """Only the values that may be named are sorted (a link's referrer hosts
     are a long tail); the bars are those of sorting them all."""

@@ -18,12 +18,13 @@ Every chart is also given to the page as a table (the accessible fallback).
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Mapping, Sequence
 from datetime import date
 
 import attrs
+
+from svc_engine.analytics import top_values
 
 HEIGHT = 200
 PLOT_TOP = 20          # room for the top gridline's label
@@ -143,29 +144,20 @@ def column_chart(points: Sequence[tuple[str, int]], *, height: int = HEIGHT,
 
 def bar_rows(counts: Mapping[str, int], *, limit: int = 8, other: str = "Other",
              names: Mapping[str, str] | None = None) -> list[BarRow]:
-    """The ``limit`` largest values (ties by label), the rest as ``other``."""
-    values = [v for v in counts.values() if v > 0]
-    if len(values) > limit >= 2:
-        # Only the first limit - 1 are named: sort just the values that may be
-        # among them, not a long tail (a link's referrer hosts) that is summed.
-        floor = heapq.nlargest(limit - 1, values)[-1]
-        named = sorted(((k, v) for k, v in counts.items() if v >= floor),
-                       key=_largest)[:limit - 1]
-        ranked = [*named, (other, sum(values) - sum(v for _, v in named))]
-    else:
-        ranked = sorted(((k, v) for k, v in counts.items() if v > 0), key=_largest)
-        if len(ranked) > limit:
-            rest = sum(v for _, v in ranked[limit - 1:])
-            ranked = [*ranked[:limit - 1], (other, rest)]
+    """The ``limit`` largest values (ties by label), the rest as ``other``:
+    the ``limit - 1`` largest and ``other`` when there are more
+    (``analytics.top_values``: a long tail, a link's referrer hosts, is
+    summed, not sorted)."""
+    if limit < 1:
+        raise ValueError("bar_rows shows at least one bar")
+    positive = {k: v for k, v in counts.items() if v > 0}
+    kept, left = top_values(positive, limit - 1 if len(positive) > limit else limit)
+    ranked = [*kept.items(), *([(other, left["count"])] if left is not None else [])]
     total = sum(v for _, v in ranked)
     largest = max((v for _, v in ranked), default=0)
     label = names or {}
     return [BarRow(label.get(k, k), v, 100 * v / largest if largest else 0.0,
                    100 * v / total if total else 0.0) for k, v in ranked]
-
-
-def _largest(kv: tuple[str, int]) -> tuple[int, str]:
-    return -kv[1], kv[0]
 
 
 def funnel_steps(steps: Sequence[tuple[str, int]]) -> list[FunnelStep]:
