@@ -80,14 +80,13 @@ from storage.writer import Op
 from svc_engine.errors import InstallNotFound
 from svc_engine.event_batch import Rejection
 from svc_engine.event_payloads import conversion_data
-from svc_engine.events import conversion_counter_keys, exact_sum, revenue_counter_keys
+from svc_engine.events import conversion_counter_keys, exact_total, revenue_counter_keys
 from svc_engine.keys import Mode
 from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.store import IdemWrite
 
 PURGE_LIMIT = 10_000
 _DAY_MS = 86_400_000
-_ZERO = decimal.Decimal(0)
 
 
 @attrs.frozen
@@ -303,8 +302,7 @@ def _sums(events: NewEvents, new: range | list[int],
         paying = list(filter(None, found)) if found is not None else []
         currencies = set(map(operator.itemgetter(0), paying))
         if len(currencies) <= 1:
-            totals = {(link, day, currency): functools.reduce(
-                exact_sum, map(operator.itemgetter(1), paying), _ZERO)
+            totals = {(link, day, currency): exact_total(map(operator.itemgetter(1), paying))
                       for currency in currencies}
             return groups, totals
     days = list(map(operator.floordiv, times, itertools.repeat(_DAY_MS)))
@@ -315,13 +313,12 @@ def _sums(events: NewEvents, new: range | list[int],
     else:
         groups = dict(collections.Counter((links[i], days[i], names[i]) for i in new))
         paid = ((links[i], days[i], found[i] if found else None) for i in new)
-    amounts: dict[_Group, decimal.Decimal] = {}
+    amounts: dict[_Group, list[decimal.Decimal]] = {}
     if found is not None:
         for link, day_, revenue in paid:
             if revenue is not None:
-                key = (link, day_, revenue[0])
-                amounts[key] = exact_sum(amounts.get(key, _ZERO), revenue[1])
-    return groups, amounts
+                amounts.setdefault((link, day_, revenue[0]), []).append(revenue[1])
+    return groups, {key: exact_total(values) for key, values in amounts.items()}
 
 
 def range_pages(store: LmdbStore, dbname: bytes, start: bytes, end: bytes,

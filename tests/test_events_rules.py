@@ -3,6 +3,8 @@ deduplication by client id, revenue, analytics counter keys."""
 
 from __future__ import annotations
 
+import decimal
+import functools
 from decimal import Decimal
 
 import attrs
@@ -18,6 +20,8 @@ from svc_engine.events import (
     add_amount,
     click_keys,
     conversion_keys,
+    exact_sum,
+    exact_total,
     install_keys,
     open_keys,
     revenue,
@@ -119,6 +123,30 @@ def test_revenue_sums_without_float_drift() -> None:
         total = add_amount(total, found[1])
     assert total == "0.3"
     assert 0.1 + 0.2 != 0.3  # what the float sum would have given
+
+
+_AMOUNTS = st.lists(st.one_of(
+    st.integers(min_value=-10**12, max_value=10**12),
+    st.decimals(min_value=-10**12, max_value=10**12, allow_nan=False, allow_infinity=False,
+                places=None)), max_size=120)
+
+
+@given(_AMOUNTS)
+def test_exact_total_adds_as_exact_sum_does_one_by_one(amounts: list[int | Decimal]) -> None:
+    """The batch's one ``sum`` under the 60-digit context gives what adding each
+    amount with exact_sum gives, digit for digit, and leaves the thread's
+    context as it was."""
+    before = decimal.getcontext().prec
+    expected = functools.reduce(exact_sum, amounts, Decimal(0))
+    total = exact_total(amounts)
+    assert str(total) == str(expected)
+    assert decimal.getcontext().prec == before
+
+
+def test_exact_total_keeps_sixty_digits() -> None:
+    total = exact_total([Decimal("123456789012.5"), Decimal("1.5e-17")])
+    assert str(total) == "123456789012.500000000000000015"
+    assert Decimal("123456789012.5") + Decimal("1.5e-17") != total  # the 28-digit default
 
 
 @pytest.mark.parametrize(("total", "amount", "after"), [

@@ -2,7 +2,8 @@
 -2^63 to 2^64-1 as the nearest float without an error, so
 123456789012345678901234567890 in a link's params or an event's properties
 was stored as 1.2345678901234568e+29 and answered 201/200. Such a number is
-now 400 ``validation_error`` naming its field, on every endpoint; integers
+now 400 ``validation_error`` naming its field, on every endpoint (the events
+batch checks the properties it keeps: nothing else of it is stored); integers
 within the bounds and long numbers sent as strings are kept exactly.
 
 The end-to-end tests run the service on a real socket (port 0)."""
@@ -145,6 +146,44 @@ def test_events_refuse_an_integer_past_64_bits_and_keep_the_others(server: Serve
             + BIG.encode() + b'","revenue":12,"currency":"EUR"}') in line.encode()
     assert summary["conversions"]["total"] == 1
     assert summary["conversions"]["revenue"] == {"EUR": "12"}
+
+
+@pytest.mark.e2e
+def test_events_check_only_the_properties_they_keep(server: ServerProcess) -> None:
+    """The batch reads its body again only when the kept properties, encoded,
+    hold a ``+`` (web/api_events.py ``validated``): a float of an exponent or a
+    ``+`` in a text is kept as sent, a long integer beside an event refused for
+    another rule still refuses the batch, and one in a field the batch ignores
+    (not stored) refuses nothing."""
+    install = new_install()
+    with server.client("pk_test", **SDK) as c:
+        assert c.post("/v1/sdk/init", json=init_body(install, "ios")).status_code == 200
+
+    def event(properties: str, extra: str = "", name: str = '"buy"') -> str:
+        return (f'{{"id": "{uuid.uuid4()}", "name": {name}, '
+                f'"occurredAt": "2026-01-02T03:04:05Z", "properties": {properties}{extra}}}')
+
+    def batch(*events: str, extra: str = "") -> str:
+        return f'{{"installId": "{install}", "events": [{", ".join(events)}]{extra}}}'
+
+    # an event refused for its name: the reference check runs, the other is kept
+    refused(send(server, "pk_test", "POST", "/v1/sdk/events",
+                 batch(event("{}", name='""'), event(f'{{"n": [1, {BIG}]}}'))),
+            "events[1].properties.n[1]")
+    plus = send(server, "pk_test", "POST", "/v1/sdk/events",
+                batch(event('{"f": 1e20, "phone": "+44 20 7946 0000"}'),
+                      event('{"g": 1.5E+300}')))
+    assert plus.json() == {"accepted": 2, "duplicates": 0, "rejected": []}, plus.text
+    ignored = send(server, "pk_test", "POST", "/v1/sdk/events",
+                   batch(event('{"k": 1}', extra=f', "x": {BIG}'), extra=f', "y": {BIG}'))
+    assert ignored.json() == {"accepted": 1, "duplicates": 0, "rejected": []}, ignored.text
+    with server.client("sk_test") as c:
+        exported = c.get("/v1/export/conversions", params={"from": "2026-01-01"}).text
+    properties = sorted(orjson.dumps(orjson.loads(line)["properties"]).decode()
+                        for line in exported.splitlines())
+    assert properties == ['{"f":1e+20,"phone":"+44 20 7946 0000"}', '{"g":1.5e+300}',
+                          '{"k":1}'], properties
+    assert BIG not in exported and "e+29" not in exported
 
 
 @pytest.mark.e2e

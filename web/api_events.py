@@ -54,7 +54,7 @@ from svc_engine.event_batch import parse_event_rows
 from svc_engine.ids import is_uuid
 from web import export, openapi
 from web.auth import KeyContext
-from web.http import Request, Response, StreamResponse, json_response
+from web.http import Request, Response, StreamResponse, json_response, refuse_inexact
 from web.idem import IdemSlot, json_render
 from web.openapi import UUID, Schema, op, path_param, query
 
@@ -147,12 +147,23 @@ OPENAPI_PATHS: dict[str, dict[str, Any]] = {
 }
 
 
-def validated(data: object, now_ms: int) -> tuple[str, NewEvents]:
-    """The install id and the events of a batch body (decoded with orjson; the
-    checks bound the nesting), ready to store, the refused ones in
-    ``NewEvents.rejected``; 400 on a bad envelope, or on the first event when
-    every one is refused."""
+def validated(data: object, now_ms: int, body: bytes) -> tuple[str, NewEvents]:
+    """The install id and the events of a batch body (``data``, decoded with
+    orjson from ``body``; the checks bound the nesting), ready to store, the
+    refused ones in ``NewEvents.rejected``; 400 on a bad envelope, on the first
+    event when every one is refused, or when a kept event's properties hold an
+    integer orjson rounded.
+
+    That last check reads the body again (``refuse_inexact``: 17 µs for a
+    batch of 100) only when the kept properties, as encoded, hold a ``+``:
+    orjson decodes an integer past 64 bits as a float of at least 2^63, which
+    the encoder writes with an exponent (``1.2345678901234568e+29``), so
+    properties without a ``+`` hold none (1 µs). Only what is kept is
+    checked: a long integer in a field the batch ignores, or in an event
+    refused for another rule, is not stored and refuses nothing."""
     rows = parse_event_rows(data, now_ms=now_ms, encode_all=encode_all)
+    if b"+" in b"".join(rows.properties_json):
+        refuse_inexact(body)
     return rows.install_id, NewEvents.of(rows, received_at_ms=now_ms)
 
 
@@ -184,7 +195,8 @@ def register(api: Api) -> None:
         now = services.clock.now_ms()
         # The decoded body is not kept in this frame: it is freed before the
         # write waits for its commit (see storage.event_records.NewEvents).
-        install_id, new = validated(await req.json(api.max_body, depth_checked=False), now)
+        install_id, new = validated(
+            await req.json(api.max_body, depth_checked=False, exact_checked=False), now, body)
         if not events.has_install(ctx.project.id, ctx.mode, install_id):
             raise InstallNotFound("this install has not reported a launch; "
                                   "send events after POST /v1/sdk/init succeeded")

@@ -9,7 +9,9 @@ A JSON body holding an integer that orjson cannot decode exactly (below
 -2^63 or above 2^64-1: orjson makes it a float and drops digits, so
 123456789012345678901234567890 would be stored as 1.2345678901234568e+29) is
 400 ``validation_error`` naming the field, whatever the endpoint: no value
-is ever kept other than as sent (see :func:`inexact_integer`).
+is ever kept other than as sent (see :func:`inexact_integer`). The events
+batch checks only the properties it keeps, and reads the body again only
+when they may hold one (web/api_events.py ``validated``).
 """
 
 from __future__ import annotations
@@ -120,13 +122,17 @@ class Request:
         self._body = b"".join(chunks)
         return self._body
 
-    async def json(self, limit: int, *, depth_checked: bool = True) -> Any:
+    async def json(self, limit: int, *, depth_checked: bool = True,
+                   exact_checked: bool = True) -> Any:
         """Decode a JSON body; errors are 400 (415 for a non-JSON content type
         or a content encoding).
 
         ``depth_checked=False`` skips the nesting walk (about 3 µs per hundred
         values) for a parser that bounds nesting itself, such as the events
-        batch's; orjson refuses documents nested over 1024 levels anyway."""
+        batch's; orjson refuses documents nested over 1024 levels anyway.
+        ``exact_checked=False`` skips :func:`refuse_inexact` for a caller that
+        calls it when what it keeps may hold a rounded integer (the events
+        batch: web/api_events.py)."""
         body = await self.body(limit)
         ctype = (self.header("content-type") or "").split(";")[0].strip().lower()
         if ctype and ctype != JSON_TYPE and not ctype.endswith("+json"):
@@ -143,15 +149,8 @@ class Request:
             raise ValidationError("the request body is not valid JSON (UTF-8)") from None
         if depth_checked and too_deep(body, value):
             raise ValidationError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
-        inexact = inexact_integer(body)
-        if inexact is not None:
-            text, field = inexact
-            shown = text if len(text) <= 32 else f"{text[:24]}... ({len(text)} characters)"
-            if field is not None and len(field) > 100:  # a key is the sender's to make long
-                field = f"{field[:96]}..."
-            raise ValidationError(
-                f"{field or 'the request body'}: the integer {shown} cannot be kept exactly "
-                "(integers lie within -2^63 and 2^64-1); send it as a string", field=field)
+        if exact_checked:
+            refuse_inexact(body)
         return value
 
 
@@ -165,6 +164,20 @@ _LONG_INTEGER = re.compile(rb'"(?:[^"\\]|\\.)*"|(?<![-+.0-9eE])(-?[0-9]{19,})(?!
 
 class _Inexact(str):
     """The text of an integer orjson does not decode exactly (a marker)."""
+
+
+def refuse_inexact(body: bytes) -> None:
+    """ValidationError naming the first integer of ``body`` (JSON that orjson
+    decoded) that orjson does not decode exactly (:func:`inexact_integer`)."""
+    inexact = inexact_integer(body)
+    if inexact is not None:
+        text, field = inexact
+        shown = text if len(text) <= 32 else f"{text[:24]}... ({len(text)} characters)"
+        if field is not None and len(field) > 100:  # a key is the sender's to make long
+            field = f"{field[:96]}..."
+        raise ValidationError(
+            f"{field or 'the request body'}: the integer {shown} cannot be kept exactly "
+            "(integers lie within -2^63 and 2^64-1); send it as a string", field=field)
 
 
 def inexact_integer(body: bytes) -> tuple[str, str | None] | None:
