@@ -1,11 +1,18 @@
 #!/bin/sh
 # Install what bench/harness.py needs from Debian: wrk (the load generator) and
-# taskset (util-linux, for pinning). Idempotent: does nothing when both exist.
+# taskset (util-linux, for pinning); with the argument valgrind, valgrind too
+# (bench/icount.py). Idempotent: does nothing when all exist.
 set -eu
 
 missing=""
 command -v wrk >/dev/null 2>&1 || missing="$missing wrk"
 command -v taskset >/dev/null 2>&1 || missing="$missing util-linux"
+for extra in "$@"; do
+    case "$extra" in
+        valgrind) command -v callgrind_control >/dev/null 2>&1 || missing="$missing valgrind" ;;
+        *) echo "bench/setup.sh: unknown extra $extra" >&2; exit 2 ;;
+    esac
+done
 [ -z "$missing" ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then
