@@ -42,6 +42,7 @@ import attrs
 
 from bench.harness import REPO_ROOT, Profile, ensure_wrk, measure_target, plan_pinning
 from bench.results import TargetResult
+from bench.target import Target
 from bench.targets import select
 
 HERE = "."
@@ -183,27 +184,40 @@ def checkouts(sides: Sequence[Side], repo: Path = REPO_ROOT) -> Iterator[dict[st
                                cwd=repo, check=False, capture_output=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.ab",
-        description="A/B of service paths at revisions or settings, in alternating rounds")
+def add_side_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--target`` and ``--side``, as this tool and bench/icount.py take them."""
     parser.add_argument("--target", action="append", required=True,
                         help="a service path of bench/targets.py (repeat for more)")
     parser.add_argument("--side", action="append", required=True, metavar="LABEL=REV[:K=V]",
-                        help="a revision (or . for this checkout) and its settings; two or more")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--loaded", type=int, default=4, help="seconds at c32 (after 1 s warm-up)")
-    parser.add_argument("--unloaded", type=int, default=10, help="seconds at c1")
-    args = parser.parse_args(argv)
+                        help="a revision (or . for this checkout) and its settings")
+
+
+def sides_and_targets(parser: argparse.ArgumentParser, args: argparse.Namespace, *,
+                      least: int) -> tuple[list[Side], list[Target]]:
+    """The parsed sides (at least ``least``, each with its own label) and the
+    named service paths; a usage error (exit 2) otherwise."""
     try:
         sides = [parse_side(text) for text in args.side]
         targets = [t for t in select(args.target) if t.group != "baseline"]
     except ValueError as e:
         parser.error(str(e))
-    if len(sides) < 2 or len({s.label for s in sides}) != len(sides):
-        parser.error("give two or more sides with different labels")
+    if len(sides) < least or len({s.label for s in sides}) != len(sides):
+        parser.error(f"give {least} or more sides, each with its own label")
     if not targets:
         parser.error("name a service path: the baselines do not depend on the side")
+    return sides, targets
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.ab",
+        description="A/B of service paths at revisions or settings, in alternating rounds")
+    add_side_arguments(parser)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--loaded", type=int, default=4, help="seconds at c32 (after 1 s warm-up)")
+    parser.add_argument("--unloaded", type=int, default=10, help="seconds at c1")
+    args = parser.parse_args(argv)
+    sides, targets = sides_and_targets(parser, args, least=2)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     ensure_wrk()

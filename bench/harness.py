@@ -160,10 +160,7 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning, *,
         # state need fresh items for that run too.
         os.environ[LOAD_SECONDS_ENV] = str(
             profile.warmup_s + profile.loaded_s + 2 * profile.unloaded_s)
-        if target.prepare is not None:
-            extra = target.prepare(server.base_url, workdir)
-            if extra:
-                target = attrs.evolve(target, headers=(*target.headers, *extra.items()))
+        target = prepared(target, server.base_url, workdir)
         _check_status(target, server, values)
         script = workdir / "wrk.lua"
         script.write_text(_lua_for(target, values))
@@ -217,6 +214,15 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning, *,
         note=note,
         flush=flush,
     )
+
+
+def prepared(target: Target, base_url: str, workdir: Path) -> Target:
+    """Run the target's ``prepare`` against the started server; the target with
+    the headers it returned (a key, say) added to its requests."""
+    if target.prepare is None:
+        return target
+    extra = target.prepare(base_url, workdir)
+    return attrs.evolve(target, headers=(*target.headers, *extra.items())) if extra else target
 
 
 def measure_unloaded(

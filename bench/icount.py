@@ -49,11 +49,10 @@ from pathlib import Path
 
 import attrs
 
-from bench.ab import Side, checkouts, parse_side
-from bench.harness import BENCH_DIR, OUT_DIR, _check_status, _lua_for, ensure_wrk
+from bench.ab import Side, add_side_arguments, checkouts, sides_and_targets
+from bench.harness import BENCH_DIR, OUT_DIR, _check_status, _lua_for, ensure_wrk, prepared
 from bench.server import BenchFailed, free_port, start_server, stop_server, wait_ready
 from bench.target import Target
-from bench.targets import select
 from bench.wrk import parse_wrk_output, wrk_argv
 from bench.wrk_mint import LOAD_SECONDS_ENV
 
@@ -109,10 +108,7 @@ def count(target: Target, side: Side, root: Path, seconds: int, warmup: int) -> 
         # Paths that consume minted state get what LOAD_SECONDS of full-speed
         # load would use: under valgrind the warm-up and the count use less.
         os.environ[LOAD_SECONDS_ENV] = str(LOAD_SECONDS)
-        if target.prepare is not None:
-            extra = target.prepare(server.base_url, workdir)
-            if extra:
-                target = attrs.evolve(target, headers=(*target.headers, *extra.items()))
+        target = prepared(target, server.base_url, workdir)
         _check_status(target, server, values)
         script = workdir / "wrk.lua"
         script.write_text(_lua_for(target, values))
@@ -175,22 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.icount",
         description="Instructions a request, under callgrind, at revisions or settings")
-    parser.add_argument("--target", action="append", required=True,
-                        help="a service path of bench/targets.py (repeat for more)")
-    parser.add_argument("--side", action="append", required=True, metavar="LABEL=REV[:K=V]",
-                        help="a revision (or . for this checkout) and its settings")
+    add_side_arguments(parser)
     parser.add_argument("--seconds", type=int, default=20, help="counted wrk run, at c1")
     parser.add_argument("--warmup", type=int, default=3, help="wrk run before counting")
     args = parser.parse_args(argv)
-    try:
-        sides = [parse_side(text) for text in args.side]
-        targets = [t for t in select(args.target) if t.group != "baseline"]
-    except ValueError as e:
-        parser.error(str(e))
-    if len({s.label for s in sides}) != len(sides):
-        parser.error("give each side its own label")
-    if not targets:
-        parser.error("name a service path: the baselines are not the service")
+    sides, targets = sides_and_targets(parser, args, least=1)
     if args.seconds < 1 or args.warmup < 0:
         parser.error("--seconds must be at least 1 and --warmup at least 0")
     ensure_wrk()

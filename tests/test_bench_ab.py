@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from bench.ab import Sample, Side, checkouts, parse_side, round_order, summarize
+from bench.ab import (
+    Sample,
+    Side,
+    add_side_arguments,
+    checkouts,
+    parse_side,
+    round_order,
+    sides_and_targets,
+    summarize,
+)
 
 
 def test_a_side_is_a_label_a_revision_and_settings() -> None:
@@ -21,6 +31,33 @@ def test_a_side_is_a_label_a_revision_and_settings() -> None:
 def test_a_malformed_side_is_refused(text: str) -> None:
     with pytest.raises(ValueError):
         parse_side(text)
+
+
+def _parsed(argv: list[str], least: int) -> tuple[list[Side], list[str]]:
+    parser = argparse.ArgumentParser(prog="t", exit_on_error=False)
+    add_side_arguments(parser)
+    sides, targets = sides_and_targets(parser, parser.parse_args(argv), least=least)
+    return sides, [t.name for t in targets]
+
+
+def test_sides_and_targets_are_parsed_for_both_tools() -> None:
+    assert _parsed(["--target", "resolve", "--side", "a=.", "--side", "b=HEAD:K=1"], 2) == (
+        [Side("a", "."), Side("b", "HEAD", (("K", "1"),))], ["resolve"])
+    assert _parsed(["--target", "resolve", "--side", "a=."], 1)[0] == [Side("a", ".")]
+
+
+@pytest.mark.parametrize(("argv", "least"), [
+    (["--target", "resolve", "--side", "a=."], 2),  # bench.ab needs two sides
+    (["--target", "resolve", "--side", "a=.", "--side", "a=HEAD"], 1),  # one label twice
+    (["--target", "hypercorn-trio-302", "--side", "a=."], 1),  # a baseline is not the service
+    (["--target", "resolve", "--side", "a"], 1),  # malformed side
+])
+def test_a_bad_command_line_is_a_usage_error(argv: list[str], least: int,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        _parsed(argv, least)
+    assert exited.value.code == 2
+    assert "error:" in capsys.readouterr().err
 
 
 def test_odd_rounds_reverse_the_order() -> None:
