@@ -159,20 +159,35 @@ def live_bytes(data: Path) -> int:
     follow the map's growth)."""
     env = lmdb.open(str(data), readonly=True, lock=True, max_dbs=256, subdir=True)
     try:
-        with env.begin() as txn:
-            main = txn.stat()
-            psize = main["psize"]
-            pages = 2 + main["branch_pages"] + main["leaf_pages"] + main["overflow_pages"]
-            for name in [bytes(k) for k, _ in txn.cursor()]:
-                try:
-                    db = env.open_db(name, txn=txn, create=False)
-                except lmdb.Error:
-                    continue
-                st = txn.stat(db)
-                pages += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
-        return int(pages * psize)
+        return count_live_bytes(env)
     finally:
         env.close()
+
+
+def count_live_bytes(env: lmdb.Environment, attempts: int = 3) -> int:
+    """:func:`live_bytes` in an open environment. LMDB maps a read-only
+    environment just large enough for the file as it was when opened; when
+    the server grows the store before the read begins, the read is refused
+    (``MapResizedError``), so the map adopts the new size and reads again."""
+    for attempt in range(attempts):
+        try:
+            with env.begin() as txn:
+                main = txn.stat()
+                psize = main["psize"]
+                pages = 2 + main["branch_pages"] + main["leaf_pages"] + main["overflow_pages"]
+                for name in [bytes(k) for k, _ in txn.cursor()]:
+                    try:
+                        db = env.open_db(name, txn=txn, create=False)
+                    except lmdb.Error:
+                        continue
+                    st = txn.stat(db)
+                    pages += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+            return int(pages * psize)
+        except lmdb.MapResizedError:
+            if attempt == attempts - 1:
+                raise
+            env.set_mapsize(0)  # the size the writer's meta page now records
+    raise AssertionError("unreachable")
 
 
 @attrs.define(eq=False)

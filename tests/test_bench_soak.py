@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import lmdb
 import pytest
 
 from bench import soak_verdict as sv
-from bench.soak import parse_metrics
+from bench.soak import count_live_bytes, live_bytes, parse_metrics
 from bench.soak_load import KeySpace, _address, _currency
 
 MIB = sv.MIB
@@ -200,3 +204,35 @@ def test_addresses_and_currencies_are_well_formed_and_distinct() -> None:
     codes = [_currency(i) for i in range(17576)]
     assert all(len(c) == 3 and c.isupper() and c.isalpha() for c in codes)
     assert len(set(codes)) == 17576
+
+
+def _write(data: Path, entries: int) -> None:
+    """Another process writes ``entries`` entries of 200 bytes (py-lmdb opens an
+    environment once a process)."""
+    subprocess.run([sys.executable, "-c", (
+        "import lmdb, sys\n"
+        "env = lmdb.open(sys.argv[1], map_size=1 << 30, max_dbs=8)\n"
+        "db = env.open_db(b't')\n"
+        "with env.begin(write=True) as txn:\n"
+        "    for i in range(int(sys.argv[2])):\n"
+        "        txn.put(i.to_bytes(4, 'big'), b'x' * 200, db=db)\n"), str(data), str(entries)],
+        check=True, timeout=60)
+
+
+def test_live_pages_are_read_after_the_server_grew_the_store(tmp_path: Path) -> None:
+    """A read-only environment is mapped just large enough for the file when
+    it was opened: a store grown by the writer before the read begins is
+    MapResizedError unless the map adopts the new size (the 12-minute soak of
+    session 30 counted one such failed read)."""
+    _write(tmp_path, 1)
+    reader = lmdb.open(str(tmp_path), readonly=True, lock=True, max_dbs=256, subdir=True)
+    try:
+        small = count_live_bytes(reader)
+        _write(tmp_path, 80_000)  # 16 MB: past the reader's map (10 MiB at least)
+        with pytest.raises(lmdb.MapResizedError):
+            count_live_bytes(reader, attempts=1)
+        grown = count_live_bytes(reader)
+    finally:
+        reader.close()
+    assert grown > small + 80_000 * 200
+    assert grown == live_bytes(tmp_path)
