@@ -161,9 +161,9 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning, *,
         os.environ[LOAD_SECONDS_ENV] = str(
             profile.warmup_s + profile.loaded_s + 2 * profile.unloaded_s)
         target = prepared(target, server.base_url, workdir)
-        _check_status(target, server, values)
+        check_status(target, server, values)
         script = workdir / "wrk.lua"
-        script.write_text(_lua_for(target, values))
+        script.write_text(lua_for(target, values))
         url = server.base_url + target.paths[0]
         wrk_cpus = target.wrk_cpus if pinning.enabled else None
 
@@ -275,7 +275,7 @@ def _start(target: Target, workdir: Path, pinning: Pinning,
     raise BenchFailed(f"{target.name}: {last}")
 
 
-def _lua_for(target: Target, values: dict[str, str]) -> str:
+def lua_for(target: Target, values: dict[str, str]) -> str:
     script_path = fill_optional(target.lua_script, values)
     return render_lua(
         name=target.name,
@@ -288,7 +288,7 @@ def _lua_for(target: Target, values: dict[str, str]) -> str:
     )
 
 
-def _check_status(target: Target, server: RunningServer, values: dict[str, str]) -> None:
+def check_status(target: Target, server: RunningServer, values: dict[str, str]) -> None:
     """One real request per sample path must get the target's expected status."""
     body_file = fill_optional(target.body_file, values)
     body = Path(body_file).read_bytes() if body_file else None
@@ -371,7 +371,7 @@ class PairedBaseline:
         values = {"python": sys.executable, "port": str(self.server.port),
                   "workdir": str(workdir)}
         script = workdir / "wrk.lua"
-        script.write_text(_lua_for(target, values))
+        script.write_text(lua_for(target, values))
         self._argv = functools.partial(
             wrk_argv, url=self.server.base_url + target.paths[0], script=str(script),
             connections=profile.connections, threads=profile.threads,

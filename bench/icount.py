@@ -50,7 +50,7 @@ from pathlib import Path
 import attrs
 
 from bench.ab import Side, add_side_arguments, checkouts, sides_and_targets
-from bench.harness import BENCH_DIR, OUT_DIR, _check_status, _lua_for, ensure_wrk, prepared
+from bench.harness import BENCH_DIR, OUT_DIR, check_status, ensure_wrk, lua_for, prepared
 from bench.server import BenchFailed, free_port, start_server, stop_server, wait_ready
 from bench.target import Target
 from bench.wrk import parse_wrk_output, wrk_argv
@@ -109,9 +109,9 @@ def count(target: Target, side: Side, root: Path, seconds: int, warmup: int) -> 
         # load would use: under valgrind the warm-up and the count use less.
         os.environ[LOAD_SECONDS_ENV] = str(LOAD_SECONDS)
         target = prepared(target, server.base_url, workdir)
-        _check_status(target, server, values)
+        check_status(target, server, values)
         script = workdir / "wrk.lua"
-        script.write_text(_lua_for(target, values))
+        script.write_text(lua_for(target, values))
 
         def run(duration: int, label: str) -> int:
             argv = wrk_argv(url=server.base_url + target.paths[0], script=str(script),
