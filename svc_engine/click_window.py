@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
@@ -156,12 +157,20 @@ def window_entry_stale(entry: ClickWindowEntry, settings: DeferredSettingsView,
     return entry.at_ms < now_ms - window_retention_ms(settings)
 
 
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+# Exactly what ipaddress.IPv4Address accepts: four decimal octets, no leading zero.
+_IPV4 = re.compile(r"\.".join([_OCTET] * 4))
+
+
 def net_hash(secret: bytes, ip: str) -> bytes | None:
     """Keyed hash of a network: the full IPv4 address, the /64 of an IPv6 one.
 
     An IPv4-mapped IPv6 address counts as IPv4. None when ``ip`` is not an
     address (the network step is then skipped, it is not an error)."""
     text = ip.strip()
+    quad = _IPV4.fullmatch(text)  # the usual case, parsed in C (ipaddress takes ~2 µs more)
+    if quad is not None:
+        return hmac.new(secret, b"v4:" + bytes(map(int, quad.groups())), hashlib.sha256).digest()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
     try:

@@ -162,9 +162,9 @@ def utc_day(at_ms: int) -> str:
 
 def _keys(metric: Metric, link_id: str | None, at_ms: int,
           dimensions: Sequence[tuple[str, str]]) -> tuple[CounterKey, ...]:
-    day = utc_day(at_ms)
+    day, name = utc_day(at_ms), metric.value  # an enum's value is a Python property: once
     scopes = (PROJECT_SCOPE,) if link_id is None else (link_id, PROJECT_SCOPE)
-    return tuple((metric.value, scope, day, dim, value)
+    return tuple((name, scope, day, dim, value)
                  for scope in scopes for dim, value in (("total", ""), *dimensions))
 
 

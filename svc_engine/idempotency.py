@@ -27,7 +27,10 @@ def check_key(raw: str | None) -> str | None:
     """Validate the header value: 1 to 255 visible ASCII characters."""
     if raw is None:
         return None
-    if not 1 <= len(raw) <= MAX_KEY_LENGTH or not all(33 <= ord(c) <= 126 for c in raw):
+    # Visible ASCII (33-126): ASCII, no control character (not printable), no space.
+    # Three C calls, where a generator over the characters cost ~2 µs a request.
+    if not (1 <= len(raw) <= MAX_KEY_LENGTH and raw.isascii() and raw.isprintable()
+            and " " not in raw):
         raise ValidationError(
             "Idempotency-Key must be 1 to 255 visible ASCII characters", field="Idempotency-Key"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 
 import pytest
 from hypothesis import given
@@ -412,6 +413,42 @@ def test_net_hash_is_keyed_and_never_the_address() -> None:
 @pytest.mark.parametrize("bad", ["", "unknown", "203.0.113", "300.1.1.1", "2001:db8::g"])
 def test_net_hash_of_garbage_is_none(bad: str) -> None:
     assert net_hash(SECRET, bad) is None
+
+
+def reference_net_hash(secret: bytes, ip: str) -> bytes | None:
+    """net_hash as it was written first, with ipaddress alone (its IPv4 fast path
+    must agree with this on every input)."""
+    text = ip.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    if isinstance(addr, ipaddress.IPv4Address):
+        return hmac.new(secret, b"v4:" + addr.packed, hashlib.sha256).digest()
+    return hmac.new(secret, b"v6/64:" + addr.packed[:8], hashlib.sha256).digest()
+
+
+_OCTETS = st.one_of(st.integers(0, 300).map(str), st.sampled_from(
+    ["00", "01", "007", "255", "256", "1000", "", " 1", "1 ", "+1", "-1", "0x1",
+     "\u0661", "\uff11"]))
+_QUADS = st.one_of(st.lists(_OCTETS, min_size=4, max_size=4),
+                   st.lists(_OCTETS, min_size=3, max_size=5)).map(".".join)
+
+
+@given(st.one_of(_QUADS, st.text(alphabet="0123456789.:[] abcdef%\n", max_size=24),
+                 st.ip_addresses().map(str)))
+def test_net_hash_agrees_with_ipaddress_on_every_input(ip: str) -> None:
+    assert net_hash(SECRET, ip) == reference_net_hash(SECRET, ip)
+
+
+@pytest.mark.parametrize("ip", ["0.0.0.0", "255.255.255.255", "10.0.0.1", "192.168.1.100",
+                                "01.2.3.4", "1.2.3.04", "256.1.1.1", "1.2.3.4.5", "\u0661.2.3.4"])
+def test_net_hash_edge_addresses(ip: str) -> None:
+    assert net_hash(SECRET, ip) == reference_net_hash(SECRET, ip)
 
 
 # --- records ---------------------------------------------------------------------------

@@ -26,6 +26,27 @@ def test_idempotency_key_malformed(key: str) -> None:
         check_key(key)
 
 
+@pytest.mark.parametrize("code", range(256))
+def test_idempotency_key_character_by_character(code: int) -> None:
+    """Visible ASCII (33-126) and nothing else, alone and inside a key."""
+    for key in (chr(code), f"a{chr(code)}b"):
+        if 33 <= code <= 126:
+            assert check_key(key) == key
+        else:
+            with pytest.raises(errors.ValidationError):
+                check_key(key)
+
+
+@given(st.text(max_size=300))
+def test_idempotency_key_rule_as_written(key: str) -> None:
+    ok = 1 <= len(key) <= 255 and all(33 <= ord(c) <= 126 for c in key)
+    if ok:
+        assert check_key(key) == key
+    else:
+        with pytest.raises(errors.ValidationError):
+            check_key(key)
+
+
 def test_replay_same_request_conflict_other() -> None:
     fp = fingerprint("POST", "/v1/x", b"{}")
     stored = StoredResponse(fp, 201, "application/json", b'{"a":1}', 5)
