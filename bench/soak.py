@@ -152,12 +152,24 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
+READ_MAP_SIZE = 1 << 40
+
+
+def open_reader(data: Path) -> lmdb.Environment:
+    """A read-only environment of the store, its map ``READ_MAP_SIZE``."""
+    return lmdb.open(str(data), readonly=True, lock=True, max_dbs=256, subdir=True,
+                     map_size=READ_MAP_SIZE)
+
+
 def live_bytes(data: Path) -> int:
     """The store's live pages in bytes: the two meta pages and every page of
     every B-tree (branch, leaf, overflow), read in a read-only environment of
     our own, opened for the read and closed (a long-open one would have to
-    follow the map's growth)."""
-    env = lmdb.open(str(data), readonly=True, lock=True, max_dbs=256, subdir=True)
+    follow the map's growth). Its map is 1 TiB of address space, far past any
+    soak's store: a map as large as the file when opened (py-lmdb's default)
+    was refused now and then in session 31's soak (``MapResizedError`` three
+    times over, the store growing ~0.5 MiB a second)."""
+    env = open_reader(data)
     try:
         return count_live_bytes(env)
     finally:

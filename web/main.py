@@ -19,6 +19,7 @@ import contextlib
 import gc
 import json
 import logging
+import os
 import signal
 import socket
 import ssl
@@ -33,7 +34,7 @@ from actors.webhook_sender import ssl_context
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
 from svc_engine.errors import MapUnavailable, StoreDamaged, ValidationError
-from web import fd_limit, logs, serve_lock, tenancy, useragent
+from web import fd_limit, logs, malloc_arenas, serve_lock, tenancy, useragent
 from web.assembly import build_front, start_services
 from web.front import Front
 from web.metrics_sources import server_metrics
@@ -90,6 +91,9 @@ async def serve(config: Config, *, clock: Clock | None = None, bootstrap: bool =
                 stop: trio.Event | None = None,
                 on_ready: Callable[[list[str]], Awaitable[None] | None] | None = None) -> None:
     logs.setup(config.log_level)
+    arenas = malloc_arenas.limit(os.environ)  # before the writer's and the workers' threads
+    if arenas is not None:
+        log.debug("malloc arenas: at most %d (set %s to choose)", arenas, malloc_arenas.ENV)
     config = _concrete_port(config)
     cap = fd_limit.make_room(config.max_connections)
     if cap != config.max_connections:
