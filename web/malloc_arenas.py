@@ -6,12 +6,15 @@ later use: ``free`` does not return it to the system unless a whole region
 at the arena's top is free. The service's threads are few (the event loop,
 the writer, its commit thread) but the worker threads of long reads and
 exports come and go, each adopting an arena, and what they free is kept
-apart from where the event loop allocates next. The soak harness
-(bench/soak.py) saw this as resident memory that grew while the same keys
-were used: with the same code and load, glibc's heaps grew +31 to +40 MiB in
-20 minutes, nearly all of it free, and every run capped at two arenas grew
-less (sessions 29-31 in bench/README.md: +1.0 against +51.1, +23.6 against
-+65.1 and +X against +Y MiB an hour, fitted with the same keys).
+apart from where the event loop allocates next. In session 29's soaks
+(bench/soak.py, bench/README.md) glibc's heaps grew +31 to +40 MiB in 20
+minutes, nearly all of it free. Four pairs of soaks since, the same code and
+load with and without the cap, all leaned the same way, if by little: the
+fitted growth with the same keys +1.0 against +51.1 MiB an hour (session
+29), +23.6 against +65.1 (session 30), and in session 31 +57.2 against
++79.4 and +21.8 against +63.8, where the memory at the end was 143.5 against
+145.4 and 123.6 against 127.9 MiB. The speed did not tell them apart
+(`bench.ab`, three rounds each way: within the machine's spread).
 
 So ``run`` caps the arenas at two, which is what the glibc documentation's
 ``MALLOC_ARENA_MAX`` does and what it sets when that variable is in the
