@@ -9,14 +9,16 @@ exports come and go, each adopting an arena, and what they free is kept
 apart from where the event loop allocates next. In session 29's soaks
 (bench/soak.py, bench/README.md) glibc's heaps grew +31 to +40 MiB in 20
 minutes, nearly all of it free. Four pairs of soaks since, the same code and
-load with and without the cap, all leaned the same way, if by little: the
-fitted growth with the same keys +1.0 against +51.1 MiB an hour (session
-29), +23.6 against +65.1 (session 30), and in session 31 +57.2 against
-+79.4 and +21.8 against +63.8, where the memory at the end was 143.5 against
-145.4 and 123.6 against 127.9 MiB. The speed did not tell them apart
-(`bench.ab`, three rounds each way: within the machine's spread).
+load with and without the cap, leaned the same way over the whole
+known-keys phase, if by little: fitted growth in its two halves +27.4 / +1.0
+against +17.7 / +51.1 MiB an hour (session 29), net of the bounded tables
++23.6 against +65.1 (session 30), and in session 31 +57.2 against +79.4 and
++21.8 against +63.8, where the memory at the end was 143.5 against 145.4 and
+123.6 against 127.9 MiB. The speed did not tell them apart (`bench.ab`,
+three rounds each way: within the machine's spread).
 
-So ``run`` caps the arenas at two, which is what the glibc documentation's
+So ``serve`` (web/main.py) caps the arenas at two before it starts a thread,
+which is what the glibc documentation's
 ``MALLOC_ARENA_MAX`` does and what it sets when that variable is in the
 environment: an operator who set it keeps their value (glibc reads it at
 start), and on a C library other than glibc nothing happens. Python's own
