@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test check lint types browser bench bench-scale soak clean
+.PHONY: install run test check lint types browser loadgen bench bench-scale soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,11 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; fi; }
 
-test: $(STAMP) browser
+# wrk (Debian's package) for the tests that drive the real load generator.
+loadgen:
+	bash bench/setup.sh
+
+test: $(STAMP) browser loadgen
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
@@ -34,13 +38,11 @@ types: $(STAMP)
 
 check: lint types test
 
-bench: $(STAMP)
-	bash bench/setup.sh
+bench: $(STAMP) loadgen
 	$(BIN)/python -m bench.harness
 
 # The full scale run (1M links, 10M clicks; about 15 minutes), kept out of `make bench`.
-bench-scale: $(STAMP)
-	bash bench/setup.sh
+bench-scale: $(STAMP) loadgen
 	$(BIN)/python -m bench.scale
 
 soak: $(STAMP)

@@ -68,7 +68,14 @@ from bench.server import (
 )
 from bench.target import Target, fill_optional
 from bench.targets import select
-from bench.wrk import WrkResult, parse_wrk_output, render_lua, wrk_argv
+from bench.wrk import (
+    WrkResult,
+    parse_wrk_output,
+    read_latencies,
+    render_lua,
+    with_latencies,
+    wrk_argv,
+)
 from bench.wrk_mint import LOAD_SECONDS_ENV
 
 PROFILE_ENV = "SVC_BENCH_PYSPY"
@@ -164,22 +171,29 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning, *,
         check_status(target, server, values)
         script = workdir / "wrk.lua"
         script.write_text(lua_for(target, values))
+        # at c1 each request is timed by the script itself (bench/wrk.py, with_latencies)
+        latencies = workdir / "wrk-unloaded-latencies.txt"
+        timed_script = workdir / "wrk-c1.lua"
+        timed_script.write_text(lua_for(target, values, latencies_file=latencies))
         url = server.base_url + target.paths[0]
         wrk_cpus = target.wrk_cpus if pinning.enabled else None
 
         def phase(connections: int, duration_s: int, threads: int, label: str) -> PhaseResult:
+            timed = connections == 1 and threads == 1
             spy = None
             if label == "loaded" and os.environ.get(PROFILE_ENV):
                 spy = pyspy.start(server.pid, duration_s, workdir / "profile.txt")
             argv = wrk_argv(
                 url=url,
-                script=str(script),
+                script=str(timed_script if timed else script),
                 connections=connections,
                 duration_s=duration_s,
                 threads=threads,
                 cpus=wrk_cpus,
             )
-            result = _measure(server, argv, duration_s, workdir / f"wrk-{label}.txt", connections)
+            latencies.unlink(missing_ok=True)
+            result = _measure(server, argv, duration_s, workdir / f"wrk-{label}.txt", connections,
+                              latencies=latencies if timed else None)
             if spy is not None:
                 spy.wait(30)
                 print(pyspy.summarize(workdir / "profile.txt"), file=sys.stderr, flush=True)
@@ -195,7 +209,8 @@ def measure_target(target: Target, profile: Profile, pinning: Pinning, *,
             notes.append(
                 f"wrk's record of the loaded run is impossible (its latencies add up to "
                 f"{loaded.load.busy_ratio(profile.connections):.2f} times the time "
-                f"{profile.connections} connections had); its percentiles are not a measurement")
+                f"{profile.connections} connections had, with the samples its "
+                "coordinated-omission correction adds); its percentiles are not a measurement")
         said = target.note(workdir) if target.note is not None else None
         if said:
             notes.append(said)
@@ -228,9 +243,13 @@ def prepared(target: Target, base_url: str, workdir: Path) -> Target:
 def measure_unloaded(
     measure: Callable[[], PhaseResult], workdir: Path
 ) -> tuple[PhaseResult, str | None]:
-    """The unloaded phase, measured a second time when wrk's record of the first
+    """The unloaded phase, measured a second time when the record of the first
     is impossible (``WrkResult.plausible``; its output is kept as
-    ``wrk-unloaded-discarded.txt``), and the note saying so."""
+    ``wrk-unloaded-discarded.txt``), and the note saying so. Since session 32
+    the record is the requests' own latencies (``with_latencies``), which on
+    one connection cannot outlast the run: this guards against a broken
+    timer. wrk's own records were impossible now and then, through the
+    samples its coordinated-omission correction adds."""
     first = measure()
     if first.load.plausible(1):
         return first, None
@@ -242,7 +261,7 @@ def measure_unloaded(
 def impossible_note(first: WrkResult, again: WrkResult) -> str:
     """What the notes say when the first unloaded run was measured again."""
     text = (
-        f"wrk's first unloaded record was impossible ({first.requests:,} latencies adding up "
+        f"the first unloaded record was impossible ({first.requests:,} latencies adding up "
         f"to {first.busy_ratio(1):.2f} times the {first.duration_s:.1f} s run on one "
         f"connection; p99 {first.p99_ms:.3g} ms), so the unloaded run was measured again "
         f"(p99 {again.p99_ms:.3g} ms, in the table)")
@@ -275,7 +294,10 @@ def _start(target: Target, workdir: Path, pinning: Pinning,
     raise BenchFailed(f"{target.name}: {last}")
 
 
-def lua_for(target: Target, values: dict[str, str]) -> str:
+def lua_for(target: Target, values: dict[str, str], *,
+            latencies_file: Path | None = None) -> str:
+    """The target's wrk script; with ``latencies_file``, one that times each
+    request itself and writes the latencies there (one connection only)."""
     script_path = fill_optional(target.lua_script, values)
     return render_lua(
         name=target.name,
@@ -285,6 +307,7 @@ def lua_for(target: Target, values: dict[str, str]) -> str:
         paths=target.paths,
         paths_file=fill_optional(target.paths_file, values),
         user_script=Path(script_path).read_text() if script_path else None,
+        latencies_file=None if latencies_file is None else str(latencies_file),
     )
 
 
@@ -304,8 +327,11 @@ def check_status(target: Target, server: RunningServer, values: dict[str, str]) 
 
 
 def _measure(
-    server: RunningServer, argv: list[str], duration_s: int, out: Path, connections: int
+    server: RunningServer, argv: list[str], duration_s: int, out: Path, connections: int,
+    *, latencies: Path | None = None,
 ) -> PhaseResult:
+    """One wrk run; with ``latencies`` (the timer hook's file), its percentiles
+    are the requests' own (``with_latencies``)."""
     log_start = server.log_path.stat().st_size
     written_before = tree_bytes_written(server.pid)
     before = tree_cpu_seconds(server.pid)
@@ -329,9 +355,15 @@ def _measure(
     with server.log_path.open("rb") as log:
         log.seek(log_start)
         logged = log.read().decode("utf-8", "replace")
+    load = parse_wrk_output(done.stdout)
+    if latencies is not None:
+        try:
+            load = with_latencies(load, read_latencies(latencies))
+        except (OSError, ValueError) as exc:
+            raise BenchFailed(f"no latencies from the timed run ({latencies}): {exc}") from exc
     return PhaseResult(
         connections=connections,
-        load=parse_wrk_output(done.stdout),
+        load=load,
         server_cpu_s=after - before,
         wrk_argv=tuple(argv),
         wrk_cpu_s=wrk_cpu,

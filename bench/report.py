@@ -128,6 +128,7 @@ def render_table(record: RunRecord) -> str:
         "p50 c1",
         "p99 c1",
         "p99 c1 in server",
+        "p99 c1 as wrk records it",
         "CPU µs/req",
         f"pages/req c{c}",
         "pages/req c1",
@@ -149,6 +150,7 @@ def render_table(record: RunRecord) -> str:
             fmt_ms(r.unloaded.load.p50_ms),
             fmt_ms(r.unloaded.load.p99_ms),
             "" if r.unloaded.server_p99_ms is None else fmt_ms(r.unloaded.server_p99_ms),
+            "" if r.unloaded.load.wrk_p99_ms is None else fmt_ms(r.unloaded.load.wrk_p99_ms),
             "n/a" if cpu is None else f"{cpu:,.0f}",
             "" if pages is None else f"{pages:.1f}",
             "" if pages_c1 is None else f"{pages_c1:.1f}",
@@ -389,6 +391,15 @@ def render_readme(record: RunRecord, kept: str, sections: Mapping[str, str] | No
         "can change by a third within minutes (another tenant's load), so the "
         "baseline measured next to a path is the fairer yardstick; the goals below "
         "are judged on it.",
+        "",
+        "p50 and p99 c1: the requests' own latencies, each timed by the load script "
+        "on the monotonic clock from the request handed to wrk to its response read. "
+        "\"p99 c1 as wrk records it\": wrk's own figure, after it adds synthetic "
+        "samples to correct for coordinated omission (every request slower than two "
+        "mean intervals gains siblings at one interval less, two less, ...), which on "
+        "one connection models a client sending at the server's full rate, not an "
+        "unloaded one; shown for comparison (session 32 in the notes below). The c32 "
+        "percentiles are wrk's own.",
         "",
         *render_goals(record),
     ]

@@ -14,14 +14,18 @@ import json
 import re
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
 import attrs
+
+from storage.flush_probe import nearest_rank
 
 JSON_MARKER = "BENCH_JSON "
 
 DONE_HOOK = r"""
 -- appended by bench.harness: exact results as one JSON line
 done = function(summary, latency, requests)
+  if bench_write_latencies then bench_write_latencies() end
   local e = summary.errors
   io.write(string.format(
     'BENCH_JSON {"requests": %d, "duration_us": %d, "bytes": %d, ' ..
@@ -33,6 +37,51 @@ done = function(summary, latency, requests)
     latency.min, latency.max, latency.mean, latency.stdev,
     latency:percentile(50), latency:percentile(75), latency:percentile(90),
     latency:percentile(99), latency:percentile(99.9)))
+end
+"""
+
+TIMER_HOOK = r"""
+-- appended by bench.harness (one connection): each request's own latency on
+-- the monotonic clock, from the request handed to wrk to its response read,
+-- written to a file when the run is done (wrk's own record adds samples of
+-- its coordinated-omission correction; see bench/README.md, session 32)
+local bench_ffi = require("ffi")
+bench_ffi.cdef[[
+typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
+int clock_gettime(int clock, bench_timespec *tp);
+]]
+local bench_ts = bench_ffi.new("bench_timespec")
+local function bench_now_us()
+  bench_ffi.C.clock_gettime(1, bench_ts)  -- CLOCK_MONOTONIC
+  return tonumber(bench_ts.tv_sec) * 1000000 + tonumber(bench_ts.tv_nsec) / 1000
+end
+bench_latencies, bench_sent_us = {}, 0
+local bench_threads = {}
+setup = function(thread) bench_threads[#bench_threads + 1] = thread end
+local bench_request, bench_response, bench_fixed = request, response, nil
+request = function()
+  local req
+  if bench_request then
+    req = bench_request()
+  else
+    bench_fixed = bench_fixed or wrk.format()
+    req = bench_fixed
+  end
+  bench_sent_us = bench_now_us()
+  return req
+end
+response = function(status, headers, body)
+  bench_latencies[#bench_latencies + 1] = bench_now_us() - bench_sent_us
+  if bench_response then return bench_response(status, headers, body) end
+end
+bench_write_latencies = function()
+  local out = assert(io.open(%s, "w"))
+  for _, thread in ipairs(bench_threads) do
+    for _, us in ipairs(thread:get("bench_latencies")) do
+      out:write(string.format("%%.1f\n", us))
+    end
+  end
+  out:close()
 end
 """
 
@@ -59,6 +108,12 @@ class WrkResult:
     """True when read from the JSON done hook, False when from wrk's rounded text."""
     mean_ms: float | None = None
     """Mean latency; None when read from the text (which rounds it)."""
+    timed: bool = False
+    """True when the percentiles and mean are the requests' own latencies as
+    the timer hook measured them (:func:`with_latencies`), not wrk's record."""
+    wrk_p99_ms: float | None = None
+    """wrk's own p99 when ``timed`` replaced it: its record with the samples its
+    coordinated-omission correction adds (see :func:`with_latencies`)."""
 
     @property
     def errors(self) -> int:
@@ -66,9 +121,10 @@ class WrkResult:
 
     def busy_ratio(self, connections: int) -> float | None:
         """The latencies' sum over the time the connections had: at most 1 for a
-        true record, since one connection's requests follow one another (wrk's
-        per-request timing runs a little over on fast paths: 1.15 seen). None
-        without the exact mean."""
+        true record, since one connection's requests follow one another. wrk's
+        own records can run over (up to 1.23 times the run at c1 in session 32) by
+        the samples its coordinated-omission correction adds (see
+        :func:`with_latencies`). None without the exact mean."""
         if self.mean_ms is None or connections <= 0:
             return None
         return self.requests * self.mean_ms / 1e3 / (connections * self.duration_s)
@@ -77,9 +133,40 @@ class WrkResult:
         """False when the record cannot be true (see :meth:`busy_ratio`): wrk once
         reported 9,288 latencies summing to 29.4 s in an 8 s run on one
         connection, a p99 of 114 ms while the service timed the same requests
-        at 1.1 ms."""
+        at 1.1 ms (most likely a few stalls of ~100 ms, each given ~100 synthetic
+        siblings by its correction)."""
         ratio = self.busy_ratio(connections)
         return ratio is None or ratio <= MAX_BUSY_RATIO
+
+
+def read_latencies(path: Path) -> list[float]:
+    """The latencies (µs) the timer hook wrote, one a line, sorted."""
+    return sorted(float(line) for line in path.read_text().split())
+
+
+def with_latencies(result: WrkResult, latencies_us: Sequence[float]) -> WrkResult:
+    """``result`` with its percentiles and mean taken from the requests' own
+    latencies (sorted, µs; nearest rank), wrk's p99 kept as ``wrk_p99_ms``.
+
+    Why not wrk's. After a run wrk "corrects" its record for coordinated
+    omission (``stats_correct`` in wrk 4.1's stats.c): it takes the mean time
+    between a connection's requests as the interval a client would have sent
+    them at, and for every latency of two intervals or more it adds a sample
+    at that latency less one interval, less two, and so on. On one
+    connection that interval is about the mean latency itself, so every
+    request slower than twice the mean gains synthetic siblings, and the
+    record's latencies can add up to more than the run (up to 1.23 times it
+    in session 32's records; 3.7 times once, session 12). That models a client
+    sending at the server's full rate and queueing behind a slow answer, not
+    an unloaded one; the requests' own latencies are what the unloaded p99
+    means. ``ValueError`` when there are none."""
+    if not latencies_us:
+        raise ValueError("the timer hook recorded no latencies")
+    ms = [us / 1e3 for us in latencies_us]
+    percentiles = tuple((f"p{p:g}", nearest_rank(ms, p / 100)) for p in (50, 75, 90, 99, 99.9))
+    return attrs.evolve(result, p50_ms=nearest_rank(ms, 0.5), p99_ms=nearest_rank(ms, 0.99),
+                        percentiles_ms=percentiles, mean_ms=sum(ms) / len(ms), timed=True,
+                        wrk_p99_ms=result.p99_ms)
 
 
 def parse_wrk_output(text: str) -> WrkResult:
@@ -187,8 +274,13 @@ def render_lua(
     paths: Sequence[str] = ("/",),
     paths_file: str | None = None,
     user_script: str | None = None,
+    latencies_file: str | None = None,
 ) -> str:
     """The whole wrk script for a target: request setup, optional user script, done hook.
+
+    With ``latencies_file`` the timer hook comes before the done hook: each
+    request's own latency, written to that file at the end (one connection
+    only: wrk's Lua cannot tell its connections apart).
 
     With one fixed path and no user script, wrk builds the request once (the
     cheapest way for wrk). With several paths, or a ``paths_file``, a
@@ -223,7 +315,8 @@ def render_lua(
         ]
     if user_script is not None:
         lines += ["", "-- target's own script", user_script.rstrip("\n")]
-    return "\n".join(lines) + "\n" + DONE_HOOK
+    timer = TIMER_HOOK % lua_string(latencies_file) if latencies_file is not None else ""
+    return "\n".join(lines) + "\n" + timer + DONE_HOOK
 
 
 def wrk_argv(

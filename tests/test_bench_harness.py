@@ -30,7 +30,7 @@ from bench.results import (
 )
 from bench.server import ProcStat
 from bench.targets import all_targets
-from bench.wrk import lua_string, parse_wrk_output, render_lua
+from bench.wrk import lua_string, parse_wrk_output, render_lua, with_latencies
 
 WRK_TEXT = """\
 Running 3s test @ http://127.0.0.1:52567/s1
@@ -305,11 +305,14 @@ def _table_of(base: TargetResult, path: TargetResult) -> list[str]:
 
 def test_the_table_shows_the_service_side_p99_where_there_is_one() -> None:
     base, path = _result(HYPERCORN_302, 2500.0, None), _result("init", 2250.0, (2000.0, 3000.0))
-    path = attrs.evolve(path, unloaded=attrs.evolve(path.unloaded, server_p99_ms=1.3))
+    timed = with_latencies(path.unloaded.load, [900.0] * 99 + [1200.0])
+    path = attrs.evolve(path, unloaded=attrs.evolve(path.unloaded, server_p99_ms=1.3,
+                                                    load=timed))
     head, _, base_row, path_row = _table_of(base, path)
-    assert "| p99 c1 | p99 c1 in server | CPU µs/req |" in head
-    assert "| 3.96 ms |  | " in base_row  # a baseline writes no access log
-    assert "| 3.96 ms | 1.30 ms | " in path_row
+    assert "| p99 c1 | p99 c1 in server | p99 c1 as wrk records it | CPU µs/req |" in head
+    assert "| 3.96 ms |  |  | " in base_row  # no access log; wrk's own record
+    # the requests' own p99, the service's, and wrk's corrected record
+    assert "| 0.900 ms | 1.30 ms | 3.96 ms | " in path_row
 
 
 def _c1_json(requests: int, mean_us: float, p99_us: int, duration_us: int = 8_000_000) -> str:
