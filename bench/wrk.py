@@ -57,8 +57,11 @@ local function bench_now_us()
 end
 bench_latencies, bench_sent_us = {}, 0
 local bench_threads = {}
-setup = function(thread) bench_threads[#bench_threads + 1] = thread end
-local bench_request, bench_response, bench_fixed = request, response, nil
+local bench_setup, bench_request, bench_response, bench_fixed = setup, request, response, nil
+setup = function(thread)
+  bench_threads[#bench_threads + 1] = thread
+  if bench_setup then bench_setup(thread) end
+end
 request = function()
   local req
   if bench_request then

@@ -96,7 +96,7 @@ def test_the_timer_hook_wraps_the_target_script_and_reports_before_done() -> Non
     assert "bench_latencies" not in plain and plain.endswith(DONE_HOOK)
     assert timed.endswith(DONE_HOOK)
     # the target's own request comes first, so the hook wraps it
-    assert timed.index(user) < timed.index("local bench_request, bench_response")
+    assert timed.index(user) < timed.index("local bench_setup, bench_request, bench_response")
     assert 'io.open("/tmp/l.txt", "w")' in timed
     assert "if bench_write_latencies then bench_write_latencies() end" in DONE_HOOK
 
@@ -123,16 +123,25 @@ def _target(script: Path | None) -> Target:
                   paths=("/s1",), lua_script=None if script is None else str(script))
 
 
-@pytest.mark.parametrize("user_script", [None, (
-    "request = function() return wrk.format(nil, '/s2') end\n"
-    "seen = 0\n"
-    "response = function(status, headers, body) seen = seen + 1 end\n")])
+# A target's own hooks, which the timer must still call: each leaves a trace.
+USER_SCRIPT = """
+setup = function(thread) io.open("{dir}/setup-ran", "w"):close() end
+request = function() return wrk.format(nil, "/s2") end
+seen = 0
+response = function(status, headers, body)
+  seen = seen + 1
+  local out = io.open("{dir}/seen", "w"); out:write(seen); out:close()
+end
+"""
+
+
+@pytest.mark.parametrize("own_hooks", [False, True])
 def test_real_wrk_times_every_request_once(h11_server: RunningServer, tmp_path: Path,
-                                           user_script: str | None) -> None:
+                                           own_hooks: bool) -> None:
     script_file = None
-    if user_script is not None:
+    if own_hooks:
         script_file = tmp_path / "user.lua"
-        script_file.write_text(user_script)
+        script_file.write_text(USER_SCRIPT.replace("{dir}", str(tmp_path)))
     latencies = tmp_path / "latencies.txt"
     script = tmp_path / "wrk-c1.lua"
     script.write_text(lua_for(_target(script_file), {}, latencies_file=latencies))
@@ -145,6 +154,9 @@ def test_real_wrk_times_every_request_once(h11_server: RunningServer, tmp_path: 
     # each completed request timed once (wrk may stop with one in flight)
     assert record.requests - 1 <= len(timed) <= record.requests
     assert record.requests > 100
+    if own_hooks:  # the target's hooks ran too, its response once a request
+        assert (tmp_path / "setup-ran").exists()
+        assert int((tmp_path / "seen").read_text()) == len(timed)
     # one connection: the requests' own latencies fit in the run
     assert sum(timed) <= record.duration_s * 1e6
     assert 0 < record.p50_ms <= record.p99_ms <= timed[-1] / 1e3
