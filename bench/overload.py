@@ -8,7 +8,8 @@ runs the ``redirect-desktop`` path (desktop user agent, 1000 links, click
 recorded) through the harness machinery at 256 connections: with the
 default, with a tighter 25 ms, and with shedding off. It reports throughput,
 the 302s per second (goodput), p50/p99/p99.9 over all answers (wrk does not
-split them by status), and the number of 503s.
+split them by status; its record, with the samples of its coordinated-omission
+correction: see ``with_latencies`` in bench/wrk.py), and the number of 503s.
 """
 
 from __future__ import annotations
