@@ -125,7 +125,7 @@ class WrkResult:
     def busy_ratio(self, connections: int) -> float | None:
         """The latencies' sum over the time the connections had: at most 1 for a
         true record, since one connection's requests follow one another. wrk's
-        own records can run over (up to 1.23 times the run at c1 in session 32) by
+        own records can run over (up to 1.95 times the run at c1 in session 32) by
         the samples its coordinated-omission correction adds (see
         :func:`with_latencies`). None without the exact mean."""
         if self.mean_ms is None or connections <= 0:
@@ -158,7 +158,7 @@ def with_latencies(result: WrkResult, latencies_us: Sequence[float]) -> WrkResul
     at that latency less one interval, less two, and so on. On one
     connection that interval is about the mean latency itself, so every
     request slower than twice the mean gains synthetic siblings, and the
-    record's latencies can add up to more than the run (up to 1.23 times it
+    record's latencies can add up to more than the run (up to 1.95 times it
     in session 32's records; 3.7 times once, session 12). That models a client
     sending at the server's full rate and queueing behind a slow answer, not
     an unloaded one; the requests' own latencies are what the unloaded p99
