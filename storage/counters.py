@@ -27,6 +27,21 @@ from storage import layout
 from svc_engine.events import CounterKey, add_amount, exact_sum
 
 Delta = int | decimal.Decimal
+MAX_KEY_BYTES = 511
+"""LMDB's longest key (``Environment.max_key_size()`` of this build)."""
+
+
+class CounterKeyTooLong(ValueError):
+    """A counter's key is longer than LMDB takes: a dimension whose value the
+    service did not bound (a bug). Raised in the op that counts, so that op
+    fails alone: kept for the batch's flush, the key would fail the commit of
+    every write of the batch (session 33: a resolve's ``platform`` did)."""
+
+
+def _too_long(key: bytes) -> CounterKeyTooLong:
+    # The size only: a key holds what an app or browser sent.
+    return CounterKeyTooLong(f"a counter key of {len(key)} bytes (LMDB takes "
+                             f"{MAX_KEY_BYTES} at most)")
 
 
 class CounterBatch:
@@ -149,6 +164,8 @@ def add_to(txn: lmdb.Transaction, db: Any, keys: Iterable[bytes], delta: Delta) 
             _apply(txn, db, key, delta)
         return
     for key in keys:
+        if len(key) > MAX_KEY_BYTES:
+            raise _too_long(key)
         batch.add(db, key, delta)
 
 

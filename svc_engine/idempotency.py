@@ -67,11 +67,18 @@ class StoredResponse:
                    created_at_ms=req_int(m, "at"))
 
 
-def replay_or_conflict(stored: StoredResponse | None, fp: bytes) -> StoredResponse | None:
-    """The stored response to replay, None to proceed, or 409 on another request."""
+def replay_or_conflict(stored: StoredResponse | None, fp: bytes, *,
+                       rerun_other: bool = False) -> StoredResponse | None:
+    """The stored response to replay, None to proceed, or 409 on another request.
+
+    ``rerun_other``: another request under a stored key proceeds instead (None),
+    for a write whose own op tells a retry under the same key from a new
+    request (the launch report: see ``web/api_sdk.py``)."""
     if stored is None:
         return None
     if stored.fingerprint != fp:
+        if rerun_other:
+            return None
         raise IdempotencyKeyReused(
             "this Idempotency-Key was already used with a different request"
         )

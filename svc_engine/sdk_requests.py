@@ -91,6 +91,10 @@ class ResolveRequest:
 
     url: str
     install_id: str
+    # ``platform`` as sent, normalised as the launch report's is: "ios",
+    # "android" or "other"; None when not sent. Only a fallback: an install
+    # the service knows keeps the platform of its launch report.
+    platform: str | None = None
 
     @property
     def short_url(self) -> str | None:
@@ -143,17 +147,23 @@ class ClaimRequest:
 # --- public parsers --------------------------------------------------------------------
 
 
+def _platform(value: str) -> str:
+    """A platform as the SDK names it, as stored: "ios", "android" or "other"
+    (never the text itself, which could be anything, a user agent too)."""
+    normalised = value.strip().lower()
+    return normalised if normalised in ("ios", "android") else "other"
+
+
 def parse_init(body: object) -> InitRequest:
     m = json_object(body)
     platform = m.get("platform")
     if not isinstance(platform, str):
         raise ValidationError("platform: must be a string", field="platform")
-    normalised = platform.strip().lower()
     return InitRequest(
         install_id=uuid4_field(m, "installId"),
         is_first_launch=_req_bool(m, "isFirstLaunch"),
         sdk_version=_req_str(m, "sdkVersion", "sdkVersion", 1, SDK_VERSION_MAX),
-        platform=normalised if normalised in ("ios", "android") else "other",
+        platform=_platform(platform),
         os_version=_opt_str(m, "osVersion", "osVersion", OS_VERSION_MAX),
         install_referrer=_opt_str(m, "installReferrer", "installReferrer", REFERRER_MAX),
     )
@@ -165,7 +175,11 @@ def parse_resolve(body: object) -> ResolveRequest:
     parts = _split(url)
     if parts is None or not parts.scheme:
         raise ValidationError("url: must be an absolute URL", field="url")
-    return ResolveRequest(url=url, install_id=uuid4_field(m, "installId"))
+    platform = m.get("platform")
+    if platform is not None and not isinstance(platform, str):
+        raise ValidationError("platform: must be a string", field="platform")
+    return ResolveRequest(url=url, install_id=uuid4_field(m, "installId"),
+                          platform=_platform(platform) if platform is not None else None)
 
 
 def parse_claim(body: object) -> ClaimRequest:

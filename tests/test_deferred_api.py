@@ -135,6 +135,41 @@ async def test_first_launch_replay_and_conflict(app: App) -> None:
     assert conflict[1]["error"]["code"] == "install_id_conflict"  # type: ignore[index]
 
 
+async def test_a_first_launch_retried_with_another_body_gets_the_same_link(app: App) -> None:
+    """The retry on the next launch carries the same key, but an app or OS
+    update in between changes ``sdkVersion`` or ``osVersion``: the answer was
+    409 ``idempotency_key_reused`` for 24 hours (the SDK drops a 4xx: the
+    link lost), then the link once the stored answer was swept. Now the link
+    from the start, counted once; a non-first launch the same."""
+    await setup(app)
+    ln = await link(app)
+    referrer = referrer_from_location(await tap(app, ln["slug"], ANDROID_UA))
+    iid = new_install()
+    first = await init(app, init_body(iid, "android", referrer=referrer, os_version="26.1"),
+                       **{"idempotency-key": "launch-1"})
+    updated = init_body(iid, "android", referrer=referrer, os_version="26.2")
+    updated["sdkVersion"] = "0.2.1"
+    again = await init(app, updated, **{"idempotency-key": "launch-1"})
+    assert first[0] == 200 and first[1]["link"]["linkId"] == ln["id"]  # type: ignore[index]
+    assert again == first
+    replay = await init(app, updated, **{"idempotency-key": "launch-1"})
+    assert replay == first
+    later = init_body(iid, "android", first=False)
+    assert await init(app, later, **{"idempotency-key": "launch-9"}) == (200, {"link": None})
+    later["osVersion"] = "27.0"
+    assert await init(app, later, **{"idempotency-key": "launch-9"}) == (200, {"link": None})
+    async with app.client("sk_test") as c:
+        counted = (await c.get(f"/v1/analytics/links/{ln['id']}")).json()
+        r = await c.post("/v1/links", json={"path": "/p/2"},
+                         headers={"idempotency-key": "link-1"})
+        other = await c.post("/v1/links", json={"path": "/p/3"},
+                             headers={"idempotency-key": "link-1"})
+    assert counted["installs"]["total"] == 1, counted
+    assert r.status_code == 201  # other writes keep the rule: another body is a 409
+    assert other.status_code == 409
+    assert other.json()["error"]["code"] == "idempotency_key_reused"
+
+
 async def test_a_first_launch_retried_after_its_answer_was_swept_gets_the_same_link(
         app: App) -> None:
     """The SDK retries a failed first launch report on the next launch with
@@ -387,6 +422,52 @@ async def test_a_tap_with_a_huge_referrer_host_is_counted_and_spoils_no_commit(
     async with app.client("sk_test") as c:
         counted = (await c.get(f"/v1/analytics/links/{ln['id']}")).json()
     assert counted["clicks"]["total"] == 4, counted
+
+
+async def test_resolve_keeps_only_a_platform_it_knows_and_spoils_no_commit(app: App) -> None:
+    """Resolve's ``platform`` (for an install the service does not know yet)
+    went into the open's record and counter keys as sent: 600 letters failed
+    the group commit (this resolve and every write beside it 503), and any
+    text, a user agent too, was stored and listed in ``byPlatform``. Now it is
+    read as the launch report's: ios, android or anything else "other"."""
+    await setup(app)
+    ln = await link(app)
+    known = new_install()
+    await init(app, init_body(known, "android"))
+    sent = {"x" * 600: "app_link", "Mozilla/5.0 (iPhone) full UA": "app_link",
+            " iOS ": "universal_link", "ANDROID": "app_link"}
+    async with app.client("pk_test", **SDK) as c:
+        async def resolve(platform: object, iid: str) -> tuple[int, Any]:
+            r = await c.post("/v1/sdk/resolve", json={"url": ln["url"], "installId": iid,
+                                                      "platform": platform})
+            return r.status_code, r.json()
+
+        answers: dict[str, tuple[int, Any]] = {}
+        inits: list[int] = []
+
+        async def one(platform: str) -> None:
+            answers[platform] = await resolve(platform, new_install())
+
+        async def launch() -> None:
+            inits.append((await init(app, init_body(new_install(), "ios")))[0])
+
+        async with trio.open_nursery() as n:
+            for platform in sent:
+                n.start_soon(one, platform)
+                n.start_soon(launch)
+        wrong = await resolve(5, new_install())
+        known_one = await resolve("ios", known)  # a known install keeps its own
+    assert inits == [200] * len(sent), inits
+    for platform, method in sent.items():
+        status, body = answers[platform]
+        assert status == 200 and body["link"]["method"] == method, (platform, body)
+    assert wrong[0] == 400 and wrong[1]["error"]["field"] == "platform"
+    assert known_one[1]["link"]["method"] == "app_link"
+    await app.flush()
+    async with app.client("sk_test") as c:
+        counted = (await c.get(f"/v1/analytics/links/{ln['id']}")).json()
+    assert counted["opens"]["total"] == len(sent) + 1, counted
+    assert set(counted["opens"]["byPlatform"]) == {"ios", "android", "other"}, counted
 
 
 async def test_a_tap_whose_user_agent_has_a_huge_version_is_redirected(app: App) -> None:

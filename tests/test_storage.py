@@ -757,3 +757,35 @@ def test_migration_9_indexes_custom_domains_by_project(tmp_path: os.PathLike[str
         assert sum(len(d) for d in owned.values()) == 60
     finally:
         s.close()
+
+
+async def test_a_counter_key_lmdb_cannot_take_fails_its_op_only(store: LmdbStore) -> None:
+    """Counter deltas are written once for the whole batch: a key over LMDB's
+    511 bytes failed that flush, and with it every write of the batch (503 for
+    all of them). Now the op that counts it fails alone, and says no more of
+    the key than its size."""
+    from storage import counters
+
+    db = store.db(b"counters")
+    pid = "00000000-0000-4000-8000-000000000001"
+    fine = ("opens", "*", "2026-11-22", "platform", "ios")
+    huge = ("opens", "*", "2026-11-22", "platform", "Mozilla/5.0 " + "x" * 600)
+
+    def good(txn: lmdb.Transaction) -> None:
+        counters.increment(txn, db, pid, "live", [fine])
+
+    def bad(txn: lmdb.Transaction) -> None:
+        counters.increment(txn, db, pid, "live", [fine, huge])
+
+    pendings = [store.writer.submit_nowait(good), store.writer.submit_nowait(bad),
+                store.writer.submit_nowait(good)]
+    await pendings[0].wait()
+    with pytest.raises(counters.CounterKeyTooLong) as refused:
+        await pendings[1].wait()
+    await pendings[2].wait()
+    assert "Mozilla" not in str(refused.value) and "bytes" in str(refused.value)
+    with store.read() as txn:
+        raw = txn.get(counters.counter_key(pid, "live", fine), db=db)
+    assert raw is not None and counters.read_value(bytes(raw)) == 2
+    with pytest.raises(counters.CounterKeyTooLong):
+        await store.write(bad)  # outside a shared batch: the op's own error too

@@ -111,7 +111,13 @@ def register(api: Api) -> None:
                 net_hash=net, now_ms=now, event_id=event_id, idem=idem))
             return slot.respond(result, answer_launch)
 
-        return await api.idem.run(req, ctx.scope, body, run)
+        # The SDK retries a failed first launch report on the next launch with
+        # the same key (SPEC.md), whose body may differ (an app or OS update in
+        # between changes sdkVersion or osVersion): not a 409, which would lose
+        # the deferred link, but the op again, which answers a retry of the
+        # install's first launch as it was answered (first_idem_key), as it
+        # does once the stored answer is swept after 24 hours.
+        return await api.idem.run(req, ctx.scope, body, run, rerun_other=True)
 
     def find_link(url: str, ctx: KeyContext) -> Link:
         try:
@@ -139,7 +145,6 @@ def register(api: Api) -> None:
             raise NotFound("the URL is neither a short link nor carries svc_link")
         link = find_link(short, ctx)
         landing = opened.from_landing_page
-        hint = data.get("platform") if isinstance(data.get("platform"), str) else None
         now = services.clock.now_ms()
         open_id = new_id(services.random(16))
 
@@ -147,7 +152,7 @@ def register(api: Api) -> None:
             idem = slot.write(answer_open)
             result = await submit_and_wait(ctx, lambda settings: services.attribution.open_op(
                 project_id=ctx.project.id, mode=ctx.mode, link=link,
-                install_id=opened.install_id, platform_hint=hint, landing=landing,
+                install_id=opened.install_id, platform_hint=opened.platform, landing=landing,
                 now_ms=now, open_id=open_id, idem=idem))
             return slot.respond(result, answer_open)
 

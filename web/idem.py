@@ -71,7 +71,12 @@ class IdempotencyGuard:
         self._locks: dict[tuple[str, str], tuple[trio.Lock, int]] = {}
 
     async def run(self, req: Request, scope: str, body: bytes,
-                  handler: Callable[[IdemSlot], Awaitable[Response]]) -> Response:
+                  handler: Callable[[IdemSlot], Awaitable[Response]], *,
+                  rerun_other: bool = False) -> Response:
+        """``handler`` under the request's Idempotency-Key, if any.
+        ``rerun_other``: another request under a stored key runs the handler
+        instead of a 409 (``replay_or_conflict``); its answer is then stored
+        under the key in place of the earlier one."""
         key = check_key(req.header("idempotency-key"))
         now = self._services.clock.now_ms()
         if key is None:  # nothing to record: no fingerprint (a body can be 1 MiB)
@@ -82,7 +87,8 @@ class IdempotencyGuard:
         self._locks[lock_key] = (lock, users + 1)
         try:
             async with lock:
-                stored = replay_or_conflict(self._services.store.get_response(scope, key), fp)
+                stored = replay_or_conflict(self._services.store.get_response(scope, key), fp,
+                                            rerun_other=rerun_other)
                 if stored is not None:
                     return Response(stored.status, stored.body,
                                     [(b"content-type", stored.content_type.encode()),
