@@ -97,6 +97,18 @@ def default_domain(public_url: str) -> str:
     return urlsplit(public_url).netloc.lower()
 
 
+def slug_in(path: str, *, under: str = "") -> str | None:
+    """The slug a short URL's ``path`` names, or None when it names none. A
+    link on the default domain is served under the public URL's path
+    (``under``; ``short_url``): ``/go/abc`` with ``SVC_PUBLIC_URL`` of
+    ``https://x.example/go`` is ``abc``; ``/abc`` there is none."""
+    prefix = under.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        return None
+    slug = path[len(prefix):]
+    return slug if slug and "/" not in slug else None
+
+
 def short_url(domain: str, slug: str, *, public_url: str) -> str:
     """The full short URL of ``slug`` on ``domain``."""
     parts = urlsplit(public_url)

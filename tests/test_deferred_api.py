@@ -6,13 +6,17 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import attrs
 import trio
 import trio.testing
 
+from actors.clock import TrioWallClock
+from storage.lmdb_store import LmdbStore
+from svc_engine.config import Config
 from svc_engine.keys import Mode
 from svc_engine.links import iso_utc
 from svc_engine.tokens import TOKEN_TTL_MS, Token
-from tests.conftest import App
+from tests.conftest import App, running_app
 from tests.dashboard_webhook_support import make_endpoint
 from tests.deferred_helpers import (
     ANDROID_UA,
@@ -302,6 +306,31 @@ async def test_resolve_finds_a_slug_only_on_a_link_domain(app: App) -> None:
                                                "userId": "u"},
                          headers={"authorization": f"Bearer {app.keys['sk_test']}"})
     assert r.status_code == 404
+
+
+async def test_links_under_a_public_url_with_a_path_resolve(store: LmdbStore,
+                                                            config: Config) -> None:
+    """With ``SVC_PUBLIC_URL=http://svc.test/go`` (a proxy serving the service
+    under /go) a link's URL is ``http://svc.test/go/SLUG``, which resolve
+    looked up as the slug ``go/SLUG``: 404, every open of the app unresolved.
+    Now the public URL's path is taken off first; ``/SLUG`` there is no link."""
+    under = attrs.evolve(config, public_url="http://svc.test/go")
+    async with running_app(store, under, TrioWallClock()) as app:
+        await setup(app)
+        ln = await link(app)
+        assert ln["url"] == f"http://svc.test/go/{ln['slug']}"
+        iid = new_install()
+        await init(app, init_body(iid, "ios"))
+        async with app.client("pk_test", **SDK) as c:
+            async def resolve(url: str) -> int:
+                r = await c.post("/v1/sdk/resolve", json={"url": url, "installId": iid})
+                return r.status_code
+
+            assert await resolve(str(ln["url"])) == 200
+            assert await resolve(f"https://svc.test/go/{ln['slug']}") == 200
+            for other in (f"http://svc.test/{ln['slug']}", f"http://svc.test/go/x/{ln['slug']}",
+                          f"http://svc.test/gone/{ln['slug']}", "http://svc.test/go/"):
+                assert await resolve(other) == 404, other
 
 
 async def test_handoff_created_by_server_claimed_by_app(app: App) -> None:

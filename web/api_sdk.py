@@ -25,7 +25,7 @@ from svc_engine.errors import NotFound
 from svc_engine.handoffs import Handoff, handoff_expiry, user_hash
 from svc_engine.ids import new_id
 from svc_engine.installs import Confidence, Install, Method
-from svc_engine.links import Link, iso_utc, resolved_link_json
+from svc_engine.links import Link, iso_utc, resolved_link_json, slug_in
 from svc_engine.sdk_requests import (
     parse_claim,
     parse_handoff_create,
@@ -47,6 +47,7 @@ T = TypeVar("T")
 def register(api: Api) -> None:
     services = api.services
     base = services.config.base_url
+    public_path = urlsplit(base).path  # links on the default domain are under it
     facts = ClientFacts(services.config, services.server_secret)
     ok = json_render(200)
 
@@ -125,9 +126,9 @@ def register(api: Api) -> None:
         except ValueError:  # "https://[": no URL, so no link
             raise NotFound("no link for this URL") from None
         domain = services.url_link_domain(parts)
-        slug = parts.path[1:]
-        link = (services.links.by_slug(domain, slug)
-                if domain is not None and slug and "/" not in slug else None)
+        under = public_path if domain == services.default_domain else ""
+        slug = slug_in(parts.path, under=under) if domain is not None else None
+        link = services.links.by_slug(domain, slug) if domain and slug else None
         if (link is None or link.deleted or link.project_id != ctx.project.id
                 or link.mode is not ctx.mode):
             raise NotFound("no link for this URL")
