@@ -1,11 +1,12 @@
-"""Delivery history is kept 30 days: the daily purge, run inside the WebhookActor.
+"""Delivery history is kept 30 days: the hourly purge, run inside the WebhookActor.
 
-A ``webhook_purge`` deadline fires once a day (the first one a day after the
-first start; each sweep persists the next). A sweep removes every delivery
-created 30 days ago or earlier, with its indexes and attempt deadline, and
-the body of any event no delivery refers to any more, in batches of 5,000 per
-write. A delivery whose attempt is under way right then is left for the next
-day's sweep.
+A ``webhook_purge`` deadline fires once an hour (the first one an hour after
+the first start; each sweep persists the next), so a delivery is gone at most
+an hour after its 30 days (a daily sweep kept some for 31). A sweep removes
+every delivery created 30 days ago or earlier, with its indexes and attempt
+deadline, and the body of any event no delivery refers to any more, in
+batches of 5,000 per write. A delivery whose attempt is under way right then
+is left for the next sweep. A sweep with nothing to remove reads one key.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from actors.webhooks import WebhookActor
 
 PURGE_DEADLINE = "webhook_purge"
-PURGE_EVERY_MS = 86_400_000
+PURGE_EVERY_MS = 3_600_000
 PURGE_BATCH = 5_000
 
 

@@ -109,11 +109,10 @@ class AttemptReport:
     """An outcome kind from webhook_retry (timeout, tls_error, ...) or None."""
     detail: str
     response_body: bytes = b""
-    retry_after: str | None = None
 
     def answer(self) -> Answer:
         return Answer(self.started_at_ms, self.finished_at_ms, self.status, self.error,
-                      self.detail, self.response_body, self.retry_after)
+                      self.detail, self.response_body)
 
 
 async def system_resolver(host: str, port: int) -> Sequence[str]:
@@ -210,7 +209,6 @@ class HttpSender:
         status: int | None = None
         error: str | None = None
         detail = ""
-        retry_after: str | None = None
         body = b""
         verdict = _target_rule(job.url, None, self._allow)
         if verdict.decision == BLOCKED:
@@ -219,20 +217,20 @@ class HttpSender:
             head = signed_head(job, started // 1000)
             with trio.move_on_after(self._deadline_s) as scope:
                 try:
-                    status, retry_after, body = await self._post(job, verdict, head)
+                    status, body = await self._post(job, verdict, head)
                 except BlockedAddress as e:
                     error, detail = BLOCKED_ADDRESS, str(e)
                 except Exception as e:  # any failure of the exchange is a failed attempt
                     error, detail = failure_of(e)
             if scope.cancelled_caught:
-                status, retry_after, body = None, None, b""
+                status, body = None, b""
                 error, detail = TIMEOUT, f"no complete answer within {self._deadline_s:g} s"
         return AttemptReport(job=job, started_at_ms=started,
                              finished_at_ms=self._clock.now_ms(), status=status, error=error,
-                             detail=detail, response_body=body, retry_after=retry_after)
+                             detail=detail, response_body=body)
 
     async def _post(self, job: SendJob, verdict: TargetVerdict,
-                    head: list[tuple[bytes, bytes]]) -> tuple[int, str | None, bytes]:
+                    head: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
         if verdict.allowed:
             addresses = verdict.addresses
         else:
@@ -243,9 +241,7 @@ class HttpSender:
         response = await self._client.request(addresses, verdict.port,
                                               verdict.host if req.tls else None,
                                               request, job.body, READ_LIMIT)
-        retry_after = response.header(b"retry-after")
-        return (response.status, None if retry_after is None else retry_after.decode("latin-1"),
-                response.body)
+        return response.status, response.body
 
 
 def signed_head(job: SendJob, timestamp_s: int) -> list[tuple[bytes, bytes]]:

@@ -101,6 +101,7 @@ from storage.webhooks_store import ATTEMPT_DEADLINE, WebhookStore, attempt_deadl
 from storage.writer import Op
 from svc_engine import webhook_delivery as deliveries
 from svc_engine.deadlines import Deadline
+from svc_engine.endpoint_health import off_check_at
 from svc_engine.errors import Overloaded, StorageUnavailable
 from svc_engine.outbox import OutboxEvent
 from svc_engine.plans import QUOTAS
@@ -109,6 +110,9 @@ from svc_engine.webhook_records import Endpoint, off_if_due
 from svc_engine.webhook_steps import FanOut, apply_answer, fan_out
 
 log = logging.getLogger("svc.webhooks")
+OFF_CHECK_DEADLINE = "webhook_off_check"
+"""When a failure streak that reached 20 within 24 hours meets the automatic
+turn-off rule (``endpoint_health.off_check_at``); ``ref``: the endpoint id."""
 OUTBOX_BATCH = 256
 RECOVER_PAGE = 1_000  # open deliveries read per page (one write at most) at start and on turn-on
 MAILBOX_CAPACITY = 8192
@@ -192,6 +196,8 @@ class WebhookActor:
         self._timer.register(ATTEMPT_DEADLINE, self._on_attempt_deadline,
                              settle=self._writes.settle)
         self._timer.register(PURGE_DEADLINE, self._on_purge_deadline)
+        self._timer.register(OFF_CHECK_DEADLINE, self._on_off_check,
+                             settle=self._writes.settle)
         await self._recover()
         async with trio.open_nursery() as nursery:
             await nursery.start(self._writes.run)
@@ -405,18 +411,44 @@ class WebhookActor:
     def _turn_off_due(self, now_ms: int) -> None:
         """Endpoints whose failure streak met the automatic rule since their
         last attempt go Off as of that moment, before events are fanned out
-        (an event after it is not queued for them)."""
+        (an event after it is not queued for them). The rule's own deadline
+        (``_on_off_check``) does it at that moment; this is for a deadline
+        not fired yet (held up by a busy mailbox, or a restart)."""
         changes = Changes()
         for endpoint in list(self._endpoints.values()):
-            due = off_if_due(endpoint, now_ms)
-            if due is not endpoint:
-                self._endpoints[endpoint.id] = due
-                changes.endpoint(due)
-                log.warning("webhook endpoint %s turned off: %s", endpoint.id,
-                            due.health.off_detail)
+            if self._endpoint_now(endpoint.id, changes, now_ms) is not endpoint:
                 self._drop_ready(endpoint.id, changes)
         if changes:
             self._writes.apply(changes)
+
+    def _endpoint_now(self, endpoint_id: str, changes: Changes,
+                      now_ms: int | None = None) -> Endpoint | None:
+        """The endpoint as the automatic rule has it now: Off as of the moment
+        the rule held, if its streak met it since its last attempt (the
+        change held in ``changes``). Its ready queue is the caller's."""
+        endpoint = self._endpoints.get(endpoint_id)
+        if endpoint is None or endpoint.is_off:
+            return endpoint
+        due = off_if_due(endpoint, self._clock.now_ms() if now_ms is None else now_ms)
+        if due is not endpoint:
+            self._endpoints[endpoint_id] = due
+            changes.endpoint(due)
+            log.warning("webhook endpoint %s turned off: %s", endpoint_id,
+                        due.health.off_detail)
+        return due
+
+    def _on_off_check(self, deadline: Deadline) -> None:
+        self.mailbox.call_nowait(lambda: self._off_check(deadline))
+
+    def _off_check(self, deadline: Deadline) -> None:
+        """A streak's turn-off moment: Off now if nothing ended the streak
+        since (a success, turning off and on), whatever is waiting to retry."""
+        changes = Changes()
+        changes.op(lambda txn: self._store.delete_deadline(txn, deadline))
+        endpoint = self._endpoints.get(deadline.ref)
+        if endpoint is not None and self._endpoint_now(endpoint.id, changes) is not endpoint:
+            self._drop_ready(endpoint.id, changes)
+        self._pump(changes)
 
     def _event_body(self, endpoint: Endpoint, event_id: str) -> bytes | None:
         body = self._bodies.get(body_key(endpoint.project_id, endpoint.mode, event_id))
@@ -457,7 +489,7 @@ class WebhookActor:
                   plans: dict[str, bool] | None = None) -> None:
         """A delivery whose attempt is due: ready it, park it, or leave it in
         the store (its endpoint's ready queue is full: module docstring)."""
-        endpoint = self._endpoints.get(d.endpoint_id)
+        endpoint = self._endpoint_now(d.endpoint_id, changes)
         if (endpoint is None or endpoint.is_off
                 or not self._plan_allows(endpoint.project_id, plans)):
             if endpoint is not None and not endpoint.is_off:
@@ -556,8 +588,10 @@ class WebhookActor:
         """Hand ``d`` (as stored) to a sender; park it instead if its
         organization's plan no longer has webhooks (it lapsed while ``d``
         was ready: nothing is sent below Growth). ``plans``: the answers
-        read in this pump."""
-        endpoint = self._endpoints.get(d.endpoint_id)
+        read in this pump. No attempt starts once the automatic rule holds
+        (``_endpoint_now``; its ready queue is given up a delivery at a time,
+        here, as ``startable`` takes them)."""
+        endpoint = self._endpoint_now(d.endpoint_id, changes)
         if (endpoint is not None and not endpoint.is_off
                 and not self._plan_allows(endpoint.project_id, plans)):
             self._queue.release(d)
@@ -601,6 +635,10 @@ class WebhookActor:
         """Apply one report to the delivery and its endpoint; returns the endpoint."""
         after, health = apply_answer(sending, endpoint, report.answer(), self._retry_scale)
         self._endpoints[endpoint.id] = health
+        if (check_at := off_check_at(endpoint.health, health.health)) is not None:
+            check = Deadline(check_at, OFF_CHECK_DEADLINE, endpoint.id)
+            changes.op(lambda txn: self._store.put_deadline(txn, check))
+            self._timer.schedule_nowait(check)
         self._stats.attempts += 1
         if after.status is DeliveryStatus.DELIVERED:
             self._stats.delivered += 1

@@ -26,7 +26,11 @@ Automatic turn off: at least 20 consecutive failed attempts whose first is
 more than 24 hours old (strictly: ``now - streak start > 24 h``; exactly
 24 h is not enough). ``record_failure`` checks it as each failure arrives;
 ``evaluate`` checks it for the passage of time alone, for an owner that wants
-to apply the rule without waiting for another attempt.
+to apply the rule without waiting for another attempt. A streak that reaches
+20 failures within its first 24 hours meets the rule later with no failure to
+judge it: ``off_check_at`` names that moment (streak start + 24 h + 1 ms),
+once a streak, for the owner to set a deadline, and ``off_since_due`` turns it
+Off as of then.
 
 Attempts still in flight when the endpoint goes Off are recorded normally
 (the counters move) but never change the Off state. ``turn_on`` resets the
@@ -146,6 +150,18 @@ def evaluate(health: EndpointHealth, now_ms: int) -> EndpointHealth:
         ),
         off_at_ms=now_ms,
     )
+
+
+def off_check_at(before: EndpointHealth, after: EndpointHealth) -> int | None:
+    """When the automatic rule will hold with no further failure, if the
+    attempt that took ``before`` to ``after`` brought the streak to
+    ``AUTO_OFF_FAILURES`` while it was still 24 hours young; None otherwise
+    (once a streak: only the failure that reaches the count names it)."""
+    if (after.state is not HealthState.FAILING or after.streak_started_at_ms is None
+            or after.consecutive_failures < AUTO_OFF_FAILURES
+            or before.consecutive_failures >= AUTO_OFF_FAILURES):
+        return None
+    return after.streak_started_at_ms + AUTO_OFF_STREAK_MS + 1
 
 
 def off_since_due(health: EndpointHealth, now_ms: int) -> EndpointHealth:

@@ -239,7 +239,6 @@ def record_attempt(
     started_at_ms: int,
     finished_at_ms: int,
     response_body: bytes = b"",
-    retry_after_s: int | None = None,
 ) -> Delivery:
     """Sending to Delivered, Retrying or Failed, with the attempt appended."""
     if delivery.status is not DeliveryStatus.SENDING:
@@ -266,7 +265,7 @@ def record_attempt(
         return attrs.evolve(done, status=DeliveryStatus.DELIVERED)
     if attempt.trigger == MANUAL:
         return attrs.evolve(done, status=DeliveryStatus.FAILED)
-    when = next_attempt(done.scheduled_attempts, finished_at_ms, retry_after_s)
+    when = next_attempt(done.scheduled_attempts, finished_at_ms)
     if when is None:
         return attrs.evolve(done, status=DeliveryStatus.FAILED)
     return attrs.evolve(done, status=DeliveryStatus.RETRYING, next_attempt_at_ms=when)

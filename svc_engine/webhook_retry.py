@@ -11,17 +11,13 @@ failed. Seven attempts in all; with instant failures they start at 0, 1m, 6m,
 36m, 2h36m, 8h36m and 20h36m after the first. After the seventh failure no
 attempt remains and the delivery is Failed.
 
-``Retry-After``: a longer delay asked for by the endpoint (on any failed
-answer) is honoured, a shorter one is not (the schedule is a floor). It is
-capped at 24 hours (``RETRY_AFTER_CAP_S``) so a hostile or broken endpoint
-cannot park a delivery beyond the 30-day history or stall it indefinitely;
-the schedule itself is never shortened or lengthened in count.
+A receiver's ``Retry-After`` does not move the schedule: SPEC.md's table is
+the contract integrators build on ("seven attempts over about 21 hours"), and
+a header many rate limiters add on their own would otherwise stretch it (up
+to days, as it did until session 33, when a longer one was honoured).
 """
 
 from __future__ import annotations
-
-import calendar
-import email.utils
 
 import attrs
 
@@ -37,7 +33,6 @@ RETRY_DELAYS_MS: tuple[int, ...] = (
     43_200_000,  # 12 h
 )
 MAX_ATTEMPTS = len(RETRY_DELAYS_MS) + 1
-RETRY_AFTER_CAP_S = 86_400
 
 # Outcome kinds.
 DELIVERED = "delivered"
@@ -85,7 +80,7 @@ def classify_response(status: int | None, error: str | None, elapsed_ms: int) ->
     return Outcome(False, HTTP_STATUS, status, f"HTTP {status}")
 
 
-def next_attempt(attempt_number: int, failed_at_ms: int, retry_after_s: int | None) -> int | None:
+def next_attempt(attempt_number: int, failed_at_ms: int) -> int | None:
     """Time of the attempt after failed attempt ``attempt_number`` (1-based).
 
     None when no attempt remains (the delivery becomes Failed).
@@ -94,10 +89,7 @@ def next_attempt(attempt_number: int, failed_at_ms: int, retry_after_s: int | No
         raise ValueError("attempt numbers start at 1")
     if attempt_number >= MAX_ATTEMPTS:
         return None
-    delay_ms = RETRY_DELAYS_MS[attempt_number - 1]
-    if retry_after_s is not None and retry_after_s > 0:
-        delay_ms = max(delay_ms, min(retry_after_s, RETRY_AFTER_CAP_S) * 1000)
-    return failed_at_ms + delay_ms
+    return failed_at_ms + RETRY_DELAYS_MS[attempt_number - 1]
 
 
 def schedule_offsets_ms() -> tuple[int, ...]:
@@ -106,25 +98,3 @@ def schedule_offsets_ms() -> tuple[int, ...]:
     for delay in RETRY_DELAYS_MS:
         offsets.append(offsets[-1] + delay)
     return tuple(offsets)
-
-
-def parse_retry_after(value: str | None, now_ms: int) -> int | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date.
-
-    None for a missing or unparseable value. A date in the past gives 0; the
-    result never exceeds ``RETRY_AFTER_CAP_S``. A date without a zone is UTC.
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    if text.isascii() and text.isdigit():
-        return RETRY_AFTER_CAP_S if len(text) > 10 else min(int(text), RETRY_AFTER_CAP_S)
-    parsed = email.utils.parsedate_tz(text)
-    if parsed is None:
-        return None
-    try:
-        epoch_s = calendar.timegm((*parsed[:6], 0, 0, 0)) - (parsed[9] or 0)
-    except (ValueError, OverflowError):  # a year or month out of range
-        return None
-    seconds = -((now_ms - epoch_s * 1000) // 1000)  # ceiling division
-    return min(max(0, seconds), RETRY_AFTER_CAP_S)

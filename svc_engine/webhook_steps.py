@@ -27,7 +27,7 @@ from svc_engine.outbox import OutboxEvent
 from svc_engine.webhook_delivery import Delivery
 from svc_engine.webhook_envelope import envelope
 from svc_engine.webhook_records import Endpoint, WebhookEvent
-from svc_engine.webhook_retry import classify_response, parse_retry_after
+from svc_engine.webhook_retry import classify_response
 
 
 @attrs.frozen
@@ -71,7 +71,6 @@ class Answer:
     error: str | None
     detail: str = ""
     response_body: bytes = b""
-    retry_after: str | None = None
 
 
 def apply_answer(d: Delivery, endpoint: Endpoint, answer: Answer, retry_scale: float = 1.0
@@ -83,8 +82,7 @@ def apply_answer(d: Delivery, endpoint: Endpoint, answer: Answer, retry_scale: f
         outcome = attrs.evolve(outcome, detail=answer.detail)
     after = deliveries.record_attempt(
         d, outcome, started_at_ms=answer.started_at_ms, finished_at_ms=answer.finished_at_ms,
-        response_body=answer.response_body,
-        retry_after_s=parse_retry_after(answer.retry_after, answer.finished_at_ms))
+        response_body=answer.response_body)
     if retry_scale != 1.0 and after.next_attempt_at_ms is not None:
         wait = after.next_attempt_at_ms - answer.finished_at_ms
         after = attrs.evolve(after, next_attempt_at_ms=answer.finished_at_ms

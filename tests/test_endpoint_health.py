@@ -207,3 +207,26 @@ def test_never_off_with_fewer_than_twenty_failures_and_model_agrees(
         assert not model_off, attrs.asdict(before)
         assert health.state is (H.FAILING if run else H.ACTIVE)
         assert health.to_map() == eh.EndpointHealth.from_map(health.to_map()).to_map()
+
+
+def test_the_turn_off_moment_is_named_once_a_streak_when_it_reaches_20_young() -> None:
+    """``off_check_at``: the failure that brings a streak under 24 h old to 20
+    names the moment the rule will hold (start + 24 h + 1 ms); the failures
+    before and after it, a streak reaching 20 when already older, and an
+    endpoint turned off by hand name none. At that moment ``off_since_due``
+    turns it Off; a success in between leaves nothing to turn off."""
+    before = _failures(eh.EndpointHealth(), _spread(19, T0, T0 + 20 * HOUR))
+    assert eh.off_check_at(eh.EndpointHealth(), before) is None
+    twentieth = eh.record_failure(before, T0 + 21 * HOUR)
+    at = eh.off_check_at(before, twentieth)
+    assert at == T0 + DAY + 1
+    assert eh.off_check_at(twentieth, eh.record_failure(twentieth, T0 + 22 * HOUR)) is None
+    assert eh.off_since_due(twentieth, at - 1) is twentieth
+    off = eh.off_since_due(twentieth, at)
+    assert (off.state, off.off_reason, off.off_at_ms) == (H.OFF, eh.OFF_AUTOMATIC, at)
+    healed = eh.record_success(twentieth, T0 + 23 * HOUR)
+    assert eh.off_since_due(healed, at) is healed
+    late = eh.record_failure(before, T0 + DAY + 5)  # the 20th, the first 24 h old: Off now
+    assert late.state is H.OFF and eh.off_check_at(before, late) is None
+    by_hand = eh.turn_off(before, T0 + 20 * HOUR)
+    assert eh.off_check_at(by_hand, eh.record_failure(by_hand, T0 + 21 * HOUR)) is None

@@ -82,13 +82,6 @@ def test_success_on_the_third_attempt() -> None:
     assert last.delivered and last.error is None and last.response_body == "thanks"
 
 
-def test_longer_retry_after_is_honoured() -> None:
-    d = _attempt(_new(), classify_response(429, None, 5), T0, retry_after_s=600)
-    assert d.next_attempt_at_ms == T0 + 600_000
-    d = _attempt(d, FAIL, T0 + 600_000, retry_after_s=10)  # shorter: schedule wins
-    assert d.next_attempt_at_ms == T0 + 600_000 + 5 * MIN
-
-
 def test_response_body_is_capped_and_decoded() -> None:
     body = b"x" * (wd.RESPONSE_BODY_LIMIT + 1)
     d = _attempt(_new(), FAIL, T0, response_body=body)

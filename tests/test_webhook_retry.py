@@ -27,7 +27,7 @@ def test_walk_the_whole_schedule_with_instant_failures() -> None:
     t0 = 1_700_000_000_000
     times = [t0]
     attempt = 1
-    while (nxt := wr.next_attempt(attempt, times[-1], None)) is not None:
+    while (nxt := wr.next_attempt(attempt, times[-1])) is not None:
         times.append(nxt)
         attempt += 1
     assert tuple(t - t0 for t in times) == EXPECTED_START_TIMES
@@ -37,59 +37,26 @@ def test_walk_the_whole_schedule_with_instant_failures() -> None:
 
 def test_delay_counts_from_the_failure_not_the_attempt_start() -> None:
     # Attempt 1 started at 0 and failed after a 10 s timeout.
-    assert wr.next_attempt(1, 10_000, None) == 10_000 + MIN
+    assert wr.next_attempt(1, 10_000) == 10_000 + MIN
 
 
 @pytest.mark.parametrize(
-    ("attempt", "retry_after_s", "delay_ms"),
-    [
-        (1, None, MIN),
-        (2, None, 5 * MIN),
-        (3, None, 30 * MIN),
-        (4, None, 2 * HOUR),
-        (5, None, 6 * HOUR),
-        (6, None, 12 * HOUR),
-        (1, 30, MIN),  # shorter Retry-After is not honoured
-        (1, 60, MIN),
-        (1, 61, 61_000),  # longer one is
-        (1, 3600, HOUR),
-        (6, 13 * 3600, 13 * HOUR),
-        (1, 86_400, 24 * HOUR),
-        (1, 86_401, 24 * HOUR),  # capped at 24 h
-        (1, 10**12, 24 * HOUR),
-        (6, 10**9, 24 * HOUR),
-        (1, 0, MIN),
-        (1, -5, MIN),
-    ],
+    ("attempt", "delay_ms"),
+    [(1, MIN), (2, 5 * MIN), (3, 30 * MIN), (4, 2 * HOUR), (5, 6 * HOUR), (6, 12 * HOUR)],
 )
-def test_next_attempt(attempt: int, retry_after_s: int | None, delay_ms: int) -> None:
-    assert wr.next_attempt(attempt, 5_000, retry_after_s) == 5_000 + delay_ms
+def test_next_attempt(attempt: int, delay_ms: int) -> None:
+    assert wr.next_attempt(attempt, 5_000) == 5_000 + delay_ms
 
 
 @pytest.mark.parametrize("attempt", [7, 8, 100])
 def test_no_attempt_after_the_seventh(attempt: int) -> None:
-    assert wr.next_attempt(attempt, 0, None) is None
-    assert wr.next_attempt(attempt, 0, 3600) is None  # Retry-After adds no attempts
+    assert wr.next_attempt(attempt, 0) is None
 
 
 @pytest.mark.parametrize("attempt", [0, -1])
 def test_attempt_numbers_start_at_one(attempt: int) -> None:
     with pytest.raises(ValueError, match="start at 1"):
-        wr.next_attempt(attempt, 0, None)
-
-
-@given(
-    attempt=st.integers(min_value=1, max_value=6),
-    failed_at=st.integers(min_value=0, max_value=2**45),
-    retry_after=st.none() | st.integers(min_value=-(10**6), max_value=10**7),
-)
-def test_next_attempt_is_never_sooner_than_the_schedule_or_later_than_the_cap(
-    attempt: int, failed_at: int, retry_after: int | None
-) -> None:
-    when = wr.next_attempt(attempt, failed_at, retry_after)
-    assert when is not None
-    base = wr.RETRY_DELAYS_MS[attempt - 1]
-    assert failed_at + base <= when <= failed_at + max(base, wr.RETRY_AFTER_CAP_S * 1000)
+        wr.next_attempt(attempt, 0)
 
 
 @pytest.mark.parametrize(
@@ -148,40 +115,3 @@ def test_classify_details() -> None:
 def test_delivered_exactly_for_2xx_within_ten_seconds(status: int, elapsed: int) -> None:
     outcome = wr.classify_response(status, None, elapsed)
     assert outcome.delivered is (200 <= status <= 299 and elapsed <= 10_000)
-
-
-NOW_MS = 1_445_412_480_000  # Wed, 21 Oct 2015 07:28:00 GMT
-
-
-@pytest.mark.parametrize(
-    ("value", "seconds"),
-    [
-        (None, None),
-        ("120", 120),
-        (" 120 ", 120),
-        ("0", 0),
-        ("99999999999", wr.RETRY_AFTER_CAP_S),
-        ("86401", wr.RETRY_AFTER_CAP_S),
-        ("9" * 5000, wr.RETRY_AFTER_CAP_S),
-        ("Wed, 21 Oct 99999 07:28:00 GMT", None),
-        ("Wed, 21 Foo 2015 07:28:00 GMT", None),
-        ("Wed, 21 Oct 2100 07:28:00 GMT", wr.RETRY_AFTER_CAP_S),
-        ("Wed, 21 Oct 2015 09:28:00 +0200", 0),
-        ("Wed, 21 Oct 2015 09:28:00 +0100", 3600),
-        ("Wed, 21 Oct 2015 07:28:00 GMT", 0),
-        ("Wed, 21 Oct 2015 08:28:00 GMT", 3600),
-        ("Wed, 21 Oct 2015 07:28:00 -0000", 0),
-        ("Wed, 21 Oct 2015 07:00:00 GMT", 0),  # past dates mean now
-        ("-5", None),
-        ("1.5", None),
-        ("soon", None),
-        ("", None),
-        ("Wed, 21 Oct 2015", None),
-    ],
-)
-def test_parse_retry_after(value: str | None, seconds: int | None) -> None:
-    assert wr.parse_retry_after(value, NOW_MS) == seconds
-
-
-def test_parse_retry_after_rounds_up_partial_seconds() -> None:
-    assert wr.parse_retry_after("Wed, 21 Oct 2015 07:28:01 GMT", NOW_MS + 1) == 1

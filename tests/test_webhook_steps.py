@@ -90,8 +90,8 @@ def test_success_delivers_and_ends_the_streak() -> None:
 
 @pytest.mark.parametrize("answer,kind,next_ms", [
     (Answer(T0, T0 + 10, 500, None), "http_status", T0 + 10 + 60_000),
-    (Answer(T0, T0 + 10, 503, None, retry_after="600"), "http_status", T0 + 10 + 600_000),
-    (Answer(T0, T0 + 10, 429, None, retry_after="5"), "http_status", T0 + 10 + 60_000),
+    (Answer(T0, T0 + 10, 503, None), "http_status", T0 + 10 + 60_000),
+    (Answer(T0, T0 + 10, 429, None), "http_status", T0 + 10 + 60_000),
     (Answer(T0, T0 + 10_000, None, "timeout", "no answer"), "timeout", T0 + 70_000),
     (Answer(T0, T0 + 10_001, 200, None), "timeout", T0 + 70_001),  # a late 2xx
     (Answer(T0, T0, None, "blocked_address", "10.0.0.1: private"), "blocked_address",

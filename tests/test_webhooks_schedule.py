@@ -1,5 +1,5 @@
 """Webhook timing under trio's autojump clock, over real HTTPS to a local
-receiver: the retry schedule at exact virtual times, Retry-After, the automatic
+receiver: the retry schedule at exact virtual times (Retry-After or not), the automatic
 turn-off rule at its edges, turning off and on, the plan gap, manual retry and
 resend, the 30-day purge, and retries surviving a restart."""
 
@@ -106,13 +106,15 @@ async def test_retry_schedule_runs_at_exact_times_then_fails(
     assert stamps == [(t0 + s) // 1000 for s in SCHEDULE]
 
 
-async def test_a_longer_retry_after_is_honoured_a_shorter_is_not(
+async def test_retry_after_does_not_move_the_schedule(
         world: World,
         autojump_clock: trio.testing.MockClock) -> None:
+    """SPEC's schedule whatever the receiver asks: a longer Retry-After was
+    honoured (up to a day each time, stretching the 21 hours to days)."""
     app, receiver, clock = world
 
     async def respond(req: Received, n: int) -> Reply:
-        after = {1: "600", 2: "5"}.get(n)
+        after = {1: "600", 2: "86400", 3: "5"}.get(n)
         return (503, [("retry-after", after)], b"") if after else (204, [], b"")
 
     receiver.respond = respond
@@ -120,7 +122,7 @@ async def test_a_longer_retry_after_is_honoured_a_shorter_is_not(
     t0 = clock.now_ms()
     event = await emit(app, "open")
     await until(clock, t0 + HOUR)
-    assert [t - t0 for t in receiver.times()] == [0, 600_000, 600_000 + 5 * MIN]
+    assert [t - t0 for t in receiver.times()] == SCHEDULE[:4]
     assert _one(app, event.id).status is DeliveryStatus.DELIVERED
 
 
@@ -189,14 +191,14 @@ async def test_a_streak_whose_first_failure_passes_24_hours_is_off_without_anoth
         world: World,
         autojump_clock: trio.testing.MockClock) -> None:
     """21 failures end by 20h36m; nothing is attempted after. Once the first
-    is more than 24 h old the rule holds: the next event is not queued (it
-    occurred while the endpoint was Off), and the endpoint is Off as of the
-    moment the rule held, 24 h and 1 ms after the first failure."""
+    is more than 24 h old the rule holds: the endpoint is Off as of that
+    moment, 24 h and 1 ms after the first failure, and the next event is not
+    queued (it occurred while the endpoint was Off)."""
     app, receiver, clock = world
     ep, t0 = await failing_endpoint(world, clicks=3)
     await until(clock, t0 + 30 * HOUR)
     assert len(receiver.hits) == 21
-    assert _endpoint(app, ep["id"]).health.state.value == "Failing"  # judged at failures
+    assert _endpoint(app, ep["id"]).health.state.value == "Off"  # by the streak's deadline
     late = await emit(app, "click")
     await until(clock, t0 + 40 * HOUR)
     assert len(receiver.hits) == 21 and deliveries_of(app, late.id) == []
@@ -206,6 +208,51 @@ async def test_a_streak_whose_first_failure_passes_24_hours_is_off_without_anoth
     async with app.client("sk_test") as c:
         shown = (await c.get(f"{EP}/{ep['id']}")).json()
     assert shown["status"] == "Off" and shown["health"]["offBy"] == "automatic"
+
+
+async def test_the_rule_turns_the_endpoint_off_when_it_holds_not_at_the_next_event(
+        world: World,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """20 failures within 24 hours, then a retry due after the 24 hours: the
+    rule held at 24 h and 1 ms, but the endpoint was judged again only at the
+    next failure or event, so it showed Failing, and the retry went out
+    (healing it, had the receiver recovered). Now the streak's own deadline
+    turns it Off at that moment, and nothing more is sent."""
+    app, receiver, clock = world
+    ep, t0 = await failing_endpoint(world, clicks=3)  # 21 failures by 20h36m
+    await until(clock, t0 + 10 * HOUR)
+    waiting = await emit(app, "click")  # its attempts go on to 30h36m
+    await until(clock, t0 + DAY)
+    assert _endpoint(app, ep["id"]).health.state.value == "Failing"
+    await until(clock, t0 + DAY + 1)
+    health = _endpoint(app, ep["id"]).health
+    assert (health.state.value, health.off_reason, health.off_at_ms) == (
+        "Off", "automatic", t0 + DAY + 1)
+    async with app.client("sk_test") as c:
+        shown = (await c.get(f"{EP}/{ep['id']}")).json()
+    assert shown["status"] == "Off" and shown["health"]["offBy"] == "automatic"
+    hits = len(receiver.hits)
+    receiver.respond = ok
+    await until(clock, t0 + 2 * DAY)
+    assert len(receiver.hits) == hits  # the retry due at 30h36m was not sent
+    assert _one(app, waiting.id).status is DeliveryStatus.RETRYING
+    assert _endpoint(app, ep["id"]).health.state.value == "Off"
+    assert not app.services.store.deadline_kinds({"webhook_off_check"})
+
+
+async def test_a_success_before_the_streak_s_moment_keeps_the_endpoint_on(
+        world: World,
+        autojump_clock: trio.testing.MockClock) -> None:
+    app, receiver, clock = world
+    ep, t0 = await failing_endpoint(world, clicks=3)
+    await until(clock, t0 + 22 * HOUR)
+    assert app.services.store.deadline_kinds({"webhook_off_check"})
+    receiver.respond = ok
+    await emit(app, "click")
+    await until(clock, t0 + 2 * DAY)
+    health = _endpoint(app, ep["id"]).health
+    assert health.state.value == "Active" and health.consecutive_failures == 0
+    assert not app.services.store.deadline_kinds({"webhook_off_check"})
 
 
 async def test_turn_off_and_on(world: World,
@@ -308,9 +355,9 @@ async def test_history_is_purged_after_30_days(
     old = await emit(app, "click")
     await until(clock, t0 + 15 * DAY)
     newer = await emit(app, "click")
-    await until(clock, t0 + 29 * DAY + 12 * HOUR)
+    await until(clock, t0 + 30 * DAY - 1)
     assert len(deliveries_of(app, old.id)) == 1
-    await until(clock, t0 + 31 * DAY + HOUR)
+    await until(clock, t0 + 30 * DAY + HOUR)  # swept within the hour after its 30 days
     assert deliveries_of(app, old.id) == [] and len(deliveries_of(app, newer.id)) == 1
     assert app.services.webhooks is not None
     tables = app.services.webhooks.tables
