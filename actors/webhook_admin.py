@@ -19,8 +19,6 @@ Decisions where SPEC.md is silent:
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 import lmdb
 import orjson
@@ -30,6 +28,7 @@ from svc_engine import signing
 from svc_engine import webhook_delivery as deliveries
 from svc_engine import webhook_records as records
 from svc_engine.errors import Conflict, NotFound
+from svc_engine.event_payloads import test_data
 from svc_engine.keys import Mode
 from svc_engine.outbox import EventType
 from svc_engine.store import IdemWrite
@@ -37,8 +36,6 @@ from svc_engine.webhook_delivery import Delivery
 from svc_engine.webhook_endpoint import EndpointFields
 from svc_engine.webhook_envelope import envelope
 from svc_engine.webhook_records import Endpoint, WebhookEvent
-
-TEST_MESSAGE = "This is a test event sent from svc."
 
 
 @attrs.frozen
@@ -153,7 +150,7 @@ async def send_test(actor: WebhookActor, project_id: str, mode: Mode, endpoint_i
             raise Conflict("this endpoint is Off; turn it on to send a test event")
         now = actor.now_ms()
         event_id = actor.new_id()
-        data: dict[str, Any] = {"endpointId": endpoint.id, "message": TEST_MESSAGE}
+        data = test_data(endpoint_id=endpoint.id, at_ms=now)
         body = orjson.dumps(envelope(event_id, EventType.TEST.value, now, project_id,
                                      mode.value, data))
         event = WebhookEvent(event_id, EventType.TEST.value, project_id, mode, now, body, 1)

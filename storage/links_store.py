@@ -17,7 +17,7 @@ import lmdb
 from storage import layout
 from storage.codec import decode, encode
 from storage.lmdb_store import LmdbStore, prefix_keys
-from svc_engine.errors import InvalidDomain, LinkQuotaExceeded, NotFound, ValidationError
+from svc_engine.errors import InvalidDomain, LinkQuotaExceeded, NotFound, SlugTaken, ValidationError
 from svc_engine.links import Link
 from svc_engine.platforms import Platforms
 from svc_engine.store import IdemWrite
@@ -174,8 +174,8 @@ class LinksStore:
                      idem: IdemWrite | None) -> Link:
         def op(txn: lmdb.Transaction) -> Link:
             if txn.get(_slug_key(link.domain, link.slug), db=self._slugs) is not None:
-                raise ValidationError(f"the slug {link.slug!r} is taken on {link.domain}",
-                                      field="slug")
+                raise SlugTaken(f"the slug {link.slug!r} is taken on {link.domain}",
+                                field="slug")
             counter = _ORG_LINKS + layout.uid(org_id)
             raw = txn.get(counter, db=self._meta)
             used = int(cbor2.loads(bytes(raw))) if raw is not None else 0

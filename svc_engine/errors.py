@@ -6,6 +6,8 @@ three branches, and which branch an error is on decides who sees it::
     SvcError
     ├── CallerError            the request is at fault: 4xx, with the spec's code
     │   ├── ValidationError        400 validation_error
+    │   │   └── SlugTaken              the slug is in use on its domain (a random
+    │   │                              one is drawn again, a chosen one refused)
     │   ├── InvalidDomain          400 invalid_domain
     │   ├── DestinationBlocked     400 destination_blocked
     │   ├── InvalidApiKey          401 invalid_api_key
@@ -75,6 +77,10 @@ class ValidationError(CallerError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class SlugTaken(ValidationError):
+    pass
 
 
 class InvalidDomain(CallerError):

@@ -43,6 +43,8 @@ def conversion_data(*, event_id: str, name: str, properties: dict[str, Any],
             "receivedAt": iso_utc(received_at_ms)}
 
 
+TEST_MESSAGE = "This is a test event sent from svc."
+
+
 def test_data(*, endpoint_id: str, at_ms: int) -> dict[str, Any]:
-    return {"message": "This is a test event from svc.", "endpointId": endpoint_id,
-            "sentAt": iso_utc(at_ms)}
+    return {"message": TEST_MESSAGE, "endpointId": endpoint_id, "sentAt": iso_utc(at_ms)}

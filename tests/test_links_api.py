@@ -243,3 +243,25 @@ async def test_platform_patches_sent_together_all_land(app: App) -> None:
     assert now["android"]["packageName"] == "com.example.a"
     assert now["web"]["fallbackUrl"] == "https://example.com/w"
     assert now["ios"]["bundleId"] == "com.example.i"
+
+
+async def test_a_random_slug_already_taken_or_reserved_is_drawn_again(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller chose no slug, so a random one that is taken on the domain
+    (or is "dashboard", a path of the service's own) is drawn again rather
+    than refused with a 400 naming a field the caller never sent; a slug the
+    caller chose and that is taken stays a 400."""
+    async with app.client("sk_test") as c:
+        taken = (await c.post("/v1/links", json={"path": "/a", "slug": "AbCdEfGh1"})).json()
+        draws = iter([taken["slug"], "dashboard", "ZyXwVuT98"])
+        monkeypatch.setattr("web.api_links.new_slug", lambda _: next(draws))
+        r = await c.post("/v1/links", json={"path": "/b"})
+        assert r.status_code == 201 and r.json()["slug"] == "ZyXwVuT98", r.text
+        assert next(draws, None) is None
+        again = await c.post("/v1/links", json={"path": "/c", "slug": "AbCdEfGh1"})
+        assert again.status_code == 400 and again.json()["error"]["field"] == "slug"
+        monkeypatch.setattr("web.api_links.new_slug", lambda _: taken["slug"])
+        stuck = await c.post("/v1/links", json={"path": "/d"})
+        assert stuck.status_code == 400  # three draws, all taken: not a loop
+        listed = (await c.get("/v1/links")).json()
+    assert len(listed["data"]) == 2

@@ -218,6 +218,9 @@ async def test_send_test_event(app: App, receiver: Receiver) -> None:
     assert envelope["type"] == "test" and envelope["env"] == "test"
     assert envelope["projectId"] == app.project_id
     assert envelope["data"]["endpointId"] == ep["id"]
+    # the data svc_engine/event_payloads.py documents (sentAt was missing)
+    assert set(envelope["data"]) == {"message", "endpointId", "sentAt"}
+    assert envelope["data"]["sentAt"][:19] == envelope["createdAt"][:19]
     assert hit.request.body.decode() == view["request"]["body"]
 
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from svc_engine.errors import InvalidDomain, ValidationError
+from svc_engine.errors import InvalidDomain, SlugTaken, ValidationError
 from svc_engine.ids import is_uuid, new_id
 from svc_engine.links import (
     Link,
     apply_link_patch,
+    is_reserved_slug,
     new_link,
     new_slug,
     normalize_domain,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from web.api import Api
 
 MAX_PAGE = 100
+RANDOM_SLUG_DRAWS = 3
 
 
 def register(api: Api) -> None:
@@ -60,19 +62,34 @@ def register(api: Api) -> None:
             if services.links.domain_owner(draft.domain) != ctx.project.id:
                 raise InvalidDomain(f"{draft.domain} is not a domain of this project")
             domain = draft.domain
-        slug = draft.slug or new_slug(services.random(8))
-        link = new_link(draft, link_id=new_id(services.random(16)), project_id=ctx.project.id,
-                        mode=ctx.mode, domain=domain, slug=slug, now_ms=now)
+        link_id = new_id(services.random(16))
         render = json_render(201)
 
         def answer(v: object) -> tuple[int, str, bytes]:
             return render(link_json(v))
 
+        def random_slug() -> str:
+            while is_reserved_slug(slug := new_slug(services.random(8))):
+                pass  # "dashboard": one chance in 10**16
+            return slug
+
         async def run(slot: IdemSlot) -> Response:
-            created = await services.links.create(
-                link, org_id=ctx.org.id, quota=QUOTAS[ctx.org.plan].links,
-                idem=slot.write(answer))
-            return slot.respond(created, answer)
+            # A random slug already taken on the domain (one chance in 10**16
+            # per link there) is drawn again, not refused: the caller chose none.
+            for draws_left in range(RANDOM_SLUG_DRAWS - 1, -1, -1):
+                link = new_link(draft, link_id=link_id, project_id=ctx.project.id,
+                                mode=ctx.mode, domain=domain,
+                                slug=draft.slug or random_slug(), now_ms=now)
+                try:
+                    created = await services.links.create(
+                        link, org_id=ctx.org.id, quota=QUOTAS[ctx.org.plan].links,
+                        idem=slot.write(answer))
+                except SlugTaken:
+                    if draft.slug is not None or not draws_left:
+                        raise
+                    continue
+                return slot.respond(created, answer)
+            raise AssertionError("unreachable: the last draw returns or raises")
 
         return await api.idem.run(req, ctx.scope, body, run)
 
