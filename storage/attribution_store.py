@@ -44,6 +44,7 @@ from svc_engine.links import Link
 from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.settings import DeferredSettings
 from svc_engine.store import IdemWrite
+from svc_engine.tokens import VIA_STORE_REFERRER
 from svc_engine.webhook_envelope import click_data
 
 __all__ = ["AttributionStore", "ClaimResult", "DecisionRecord", "LaunchResult", "OpenRecord",
@@ -208,7 +209,8 @@ class AttributionStore:
             if is_first_launch:
                 found = self.click_window.candidates(txn, project_id, launch, settings,
                                                      net_hash, now_ms)
-                token = self.project_token(txn, launch.referrer_token, project_id)
+                token = self.project_token(txn, launch.referrer_token, project_id,
+                                           via=VIA_STORE_REFERRER)
                 decision = decide_from_candidates(
                     launch, token=token,
                     network=found.network, cohort=found.cohort, settings=settings,
@@ -248,8 +250,9 @@ class AttributionStore:
         return LaunchResult(install, link, decision, created=False)
 
     def project_token(self, txn: lmdb.Transaction, text: str | None,
-                      project_id: str) -> Token | None:
-        """The stored token ``text``, when a link of ``project_id`` issued it.
+                      project_id: str, *, via: str) -> Token | None:
+        """The stored token ``text``, when a link of ``project_id`` issued it
+        for the flow that reads tokens put ``via`` (``Token.taken_by``).
 
         Tokens are keyed by their text alone, and a token names its link, not
         its project: another project's token is unknown here (None), so a
@@ -260,6 +263,8 @@ class AttributionStore:
         if raw is None:
             return None
         token = decode(Token, bytes(raw))
+        if not token.taken_by(via):
+            return None
         link = txn.get(layout.uid(token.link_id), db=self._db[b"links"])
         if link is None or self.store.cache.decode(Link, bytes(link)).project_id != project_id:
             return None

@@ -33,6 +33,7 @@ from svc_engine.installs import Confidence, InstallAttribution, Method
 from svc_engine.keys import Mode
 from svc_engine.links import Link
 from svc_engine.store import IdemWrite
+from svc_engine.tokens import VIA_WEB_FALLBACK
 
 
 @attrs.frozen
@@ -47,7 +48,7 @@ class OpenRecorder(Protocol):
     def live_link(self, txn: lmdb.Transaction, link_id: str) -> Link | None: ...
 
     def project_token(self, txn: lmdb.Transaction, text: str | None,
-                      project_id: str) -> Token | None: ...
+                      project_id: str, *, via: str) -> Token | None: ...
 
     def record_open(self, txn: lmdb.Transaction, project_id: str, mode: Mode, link: Link,
                     install_id: str, platform: str, method: Method, is_deferred: bool,
@@ -76,7 +77,8 @@ class HandoffsStore:
         def op(txn: lmdb.Transaction) -> Handoff:
             nonlocal handoff
             if svc_token is not None:
-                token = self.opens.project_token(txn, svc_token, project_id)
+                token = self.opens.project_token(txn, svc_token, project_id,
+                                                 via=VIA_WEB_FALLBACK)
                 if (token is None or token.mode is not handoff.mode
                         or token_state(token, handoff.created_at_ms) is not TokenState.VALID):
                     raise ValidationError("svcToken is unknown, already used or expired",

@@ -46,6 +46,7 @@ import attrs
 
 from svc_engine.links import Link
 from svc_engine.platforms import Platforms
+from svc_engine.tokens import VIA_STORE_REFERRER, VIA_WEB_FALLBACK
 
 
 class Platform(enum.StrEnum):
@@ -78,9 +79,9 @@ class RedirectSettings(Protocol):
 
 class TokenPlacement(enum.Enum):
     NONE = "none"
-    STORE_REFERRER = "store_referrer"
+    STORE_REFERRER = VIA_STORE_REFERRER
     """``referrer=svc_token%3D<token>`` on the Play Store listing URL."""
-    QUERY = "query"
+    QUERY = VIA_WEB_FALLBACK
     """``svc_token=<token>`` added to the web fallback URL's query."""
 
 

@@ -13,10 +13,14 @@ from typing import Any
 
 import attrs
 
-from svc_engine.decode import req_bool, req_int, req_str
+from svc_engine.decode import opt_str, req_bool, req_int, req_str
 from svc_engine.keys import Mode
 
 DAY_MS = 24 * 60 * 60_000
+VIA_STORE_REFERRER = "store_referrer"
+"""Issued for the Play Store's install referrer: only a first launch takes it."""
+VIA_WEB_FALLBACK = "query"
+"""Issued on a web fallback redirect: only ``POST /v1/handoffs`` takes it."""
 TOKEN_TTL_MS = 7 * DAY_MS
 _TIME_LIMIT_MS = 16 ** 12  # twelve hex digits of milliseconds: until the year 10889
 
@@ -39,9 +43,13 @@ class Token:
     issued_at_ms: int
     expires_at_ms: int
     used: bool = False
+    via: str | None = None
+    """Where the token was put (``VIA_*``); None for a token issued before
+    session 33, which either flow takes."""
 
     @classmethod
-    def issue(cls, random_bytes: bytes, *, link_id: str, mode: Mode, now_ms: int) -> Token:
+    def issue(cls, random_bytes: bytes, *, link_id: str, mode: Mode, now_ms: int,
+              via: str | None = None) -> Token:
         """A fresh token with a 7-day life: its issue time as 12 lowercase hex
         digits (milliseconds), then 16 to 32 random bytes as unpadded base64url.
 
@@ -58,21 +66,32 @@ class Token:
         text = (f"{now_ms:012x}"
                 + base64.urlsafe_b64encode(random_bytes[:32]).rstrip(b"=").decode("ascii"))
         return cls(token=text, link_id=link_id, mode=mode, issued_at_ms=now_ms,
-                   expires_at_ms=now_ms + TOKEN_TTL_MS)
+                   expires_at_ms=now_ms + TOKEN_TTL_MS, via=via)
+
+    def taken_by(self, via: str) -> bool:
+        """Whether the flow that reads tokens put ``via`` may use this one: a
+        Play Store referrer's token is not a web fallback's, nor the reverse
+        (a server that saw one could otherwise use up the other's link)."""
+        return self.via is None or self.via == via
 
     def consumed(self) -> Token:
         return attrs.evolve(self, used=True)
 
     def to_map(self) -> dict[str, object]:
-        return {"v": self.VERSION, "token": self.token, "link_id": self.link_id,
-                "mode": self.mode.value, "issued_at_ms": self.issued_at_ms,
-                "expires_at_ms": self.expires_at_ms, "used": self.used}
+        m: dict[str, object] = {
+            "v": self.VERSION, "token": self.token, "link_id": self.link_id,
+            "mode": self.mode.value, "issued_at_ms": self.issued_at_ms,
+            "expires_at_ms": self.expires_at_ms, "used": self.used}
+        if self.via is not None:
+            m["via"] = self.via
+        return m
 
     @classmethod
     def from_map(cls, m: Mapping[str, Any]) -> Token:
         return cls(token=req_str(m, "token"), link_id=req_str(m, "link_id"),
                    mode=Mode(req_str(m, "mode")), issued_at_ms=req_int(m, "issued_at_ms"),
-                   expires_at_ms=req_int(m, "expires_at_ms"), used=req_bool(m, "used"))
+                   expires_at_ms=req_int(m, "expires_at_ms"), used=req_bool(m, "used"),
+                   via=opt_str(m, "via"))
 
 
 def token_state(token: Token | None, now_ms: int) -> TokenState:

@@ -401,6 +401,39 @@ async def test_web_fallback_token_becomes_a_handoff(app: App) -> None:
     assert again.status_code == 400  # single use
 
 
+async def test_a_token_serves_only_the_flow_it_was_issued_for(app: App) -> None:
+    """A Play Store referrer's token made a handoff when a server sent it as
+    ``svcToken`` (and the install then launched unattributed), and a web
+    fallback's token attributed an Android install when put in a referrer.
+    Each token now records where it was put; the other flow does not know
+    it, and it is not used up. Tokens from before this (no record) serve
+    either, as they did."""
+    await setup(app, webFallbackTokens=True)
+    ln = await link(app, webFallbackUrl="https://shop.example/landing")
+    referrer = referrer_from_location(await tap(app, ln["slug"], ANDROID_UA))
+    store_token = referrer.removeprefix("svc_token=")
+    web = await tap(app, ln["slug"], "Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0")
+    web_token = web.split("svc_token=")[1]
+    attribution = app.services.attribution
+    assert [attribution.get_token(t).via for t in (store_token, web_token)] == [  # type: ignore[union-attr]
+        "store_referrer", "query"]
+    async with app.client("sk_test") as c:
+        wrong = await c.post("/v1/handoffs", json={"svcToken": store_token, "userId": "u-1"})
+    assert wrong.status_code == 400 and wrong.json()["error"]["field"] == "svcToken"
+    status, body = await init(app, init_body(new_install(), "android",
+                                             referrer=f"svc_token={web_token}"))
+    assert (status, body) == (200, {"link": None})
+    status, body = await init(app, init_body(new_install(), "android", referrer=referrer))
+    assert body["link"]["method"] == "install_referrer"  # type: ignore[index]
+    async with app.client("sk_test") as c:
+        right = await c.post("/v1/handoffs", json={"svcToken": web_token, "userId": "u-1"})
+    assert right.status_code == 201 and right.json()["linkId"] == ln["id"]
+    old = Token.issue(bytes(24), link_id=str(ln["id"]), mode=Mode.TEST,
+                      now_ms=app.services.clock.now_ms())
+    assert old.via is None and old.taken_by("store_referrer") and old.taken_by("query")
+    assert Token.from_map(old.to_map()) == old and "via" not in old.to_map()
+
+
 async def test_a_tap_from_a_page_on_an_address_is_redirected_and_counted(app: App) -> None:
     """With a webhook endpoint, a click's event data is built in its write: a
     Referer on an IPv6 address once failed that check, losing the click and

@@ -73,9 +73,9 @@ class Redirector:
         decision = decide(link, client, method="GET" if req.method == "GET" else "HEAD",
                           settings=settings, platforms=platforms, now_ms=now)
         token = None
-        if decision.needs_token:
+        if isinstance(outcome := decision.outcome, Redirect) and decision.needs_token:
             token = Token.issue(services.random(24), link_id=link.id, mode=link.mode,
-                                now_ms=now)
+                                now_ms=now, via=outcome.token.value)
         if decision.record_click:
             await self._record(link, decision, facts.platform, facts.os_major, facts.country,
                                facts.referrer_host, facts.net_hash, token, now)
