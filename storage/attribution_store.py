@@ -25,7 +25,9 @@ from storage.install_rows import DecisionRecord, InstallRow
 from storage.lmdb_store import LmdbStore
 from storage.writer import Op
 from svc_engine.attribution import (
+    LANDING_OPEN_TTL_MS,
     ClickWindowEntry,
+    LandingOpen,
     LaunchFacts,
     Matched,
     Token,
@@ -94,7 +96,7 @@ class AttributionStore:
         self.public_url = public_url
         self._db = {name: store.db(name) for name in (
             b"clicks", b"tokens", b"tokens_by_time", b"installs", b"installs_by_time",
-            b"opens", b"counters", b"links")}
+            b"opens", b"counters", b"links", b"landing_opens")}
         self.click_window = ClickWindow(store)
         self.handoffs = HandoffsStore(store, self)
 
@@ -211,10 +213,11 @@ class AttributionStore:
                                                      net_hash, now_ms)
                 token = self.project_token(txn, launch.referrer_token, project_id,
                                            via=VIA_STORE_REFERRER)
+                landing = self._take_landing_open(txn, project_id, mode, install.install_id)
                 decision = decide_from_candidates(
                     launch, token=token,
                     network=found.network, cohort=found.cohort, settings=settings,
-                    net_hash=net_hash, now_ms=now_ms)
+                    net_hash=net_hash, now_ms=now_ms, landing=landing)
                 if isinstance(decision, Matched):
                     link = self.live_link(txn, decision.link_id)
                     if link is None:  # deleted since the tap: nothing to deliver
@@ -235,6 +238,19 @@ class AttributionStore:
             return result
 
         return op
+
+    def _take_landing_open(self, txn: lmdb.Transaction, project_id: str, mode: Mode,
+                           install_id: str) -> LandingOpen | None:
+        """The install's 'Continue in app' open made before its first launch,
+        if any, removed: the launch judges it once."""
+        key = _landing_key(project_id, mode, install_id)
+        db = self._db[b"landing_opens"]
+        raw = txn.get(key, db=db)
+        if raw is None:
+            return None
+        txn.delete(key, db=db)
+        raw = bytes(raw)
+        return LandingOpen(link_id=layout.from_uid(raw[:16]), at_ms=layout.from_ms(raw[16:24]))
 
     def _first_launch_again(self, txn: lmdb.Transaction, row: InstallRow) -> LaunchResult:
         """The answer to a first launch's retry under its own Idempotency-Key
@@ -311,6 +327,9 @@ class AttributionStore:
                 install_rows.upgrade(txn, self._db[b"installs_by_time"], row,
                                      InstallAttribution(link.id, Confidence.DETERMINISTIC,
                                                         method), now_ms)
+            elif landing:  # before the launch report (the two race): it will judge it
+                txn.put(_landing_key(project_id, mode, install_id),
+                        layout.uid(link.id) + layout.ms(now_ms), db=self._db[b"landing_opens"])
             result = OpenResult(link, method, landing)
             self.store.record_response(txn, idem, result)
             return result
@@ -354,8 +373,11 @@ class AttributionStore:
 
     async def sweep(self, now_ms: int, limit: int = 10_000) -> dict[str, int]:
         """Delete window entries (and so network hashes) older than the longest
-        window, and tokens and handoffs past their expiry."""
+        window, tokens and handoffs past their expiry, and 'Continue in app'
+        opens whose install's first launch did not come in 7 days (a read of
+        them all: there are only as many as such opens of unknown installs)."""
         tokens, by_time = self._db[b"tokens"], self._db[b"tokens_by_time"]
+        landing = self._db[b"landing_opens"]
 
         def op(txn: lmdb.Transaction) -> dict[str, int]:
             due: list[bytes] = []
@@ -366,8 +388,17 @@ class AttributionStore:
             for k in due:
                 txn.delete(k[8:], db=tokens)
                 txn.delete(k, db=by_time)
+            stale: list[bytes] = []
+            for k, v in txn.cursor(db=landing).iternext():
+                if len(stale) >= limit:
+                    break
+                if now_ms - layout.from_ms(bytes(v)[16:24]) > LANDING_OPEN_TTL_MS:
+                    stale.append(bytes(k))
+            for k in stale:
+                txn.delete(k, db=landing)
             return {"window": self.click_window.sweep(txn, now_ms, limit), "tokens": len(due),
-                    "handoffs": self.handoffs.sweep(txn, now_ms, limit)}
+                    "handoffs": self.handoffs.sweep(txn, now_ms, limit),
+                    "landing_opens": len(stale)}
 
         return await self.store.write(op)  # type: ignore[no-any-return]
 
@@ -380,3 +411,5 @@ class AttributionStore:
         return None if link is None or link.deleted else link
 
 
+def _landing_key(project_id: str, mode: Mode, install_id: str) -> bytes:
+    return layout.scope(project_id, mode.value) + layout.uid(install_id)

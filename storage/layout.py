@@ -72,6 +72,9 @@ DATABASES = (
     b"responses",        # response_key(scope NUL idempotency key) -> created ms
                          # (schema 10)
     b"responses_by_time",  # created ms | response key -> StoredResponse (schema 10)
+    b"landing_opens",    # project | mode | install id -> link id | ms: a 'Continue in
+                         # app' open of an install whose first launch is not reported
+                         # yet (svc_engine/attribution.py, flow 1b); new in session 33
 )
 
 

@@ -14,6 +14,13 @@ the first match:
 1. ``install_referrer`` (Android): the referrer's ``svc_token`` names a token
    that exists in the launch's mode, is unused and unexpired
    -> deterministic / ``install_referrer``; the token is consumed.
+1b. ``landing_page``: the install's app was opened from the 'Continue in app'
+   page (resolved) before its first launch was reported, at most
+   ``LANDING_OPEN_TTL_MS`` earlier: the button's tap is often that very
+   launch, and the SDK's two requests race -> deterministic /
+   ``landing_page``, as the open would have upgraded the install had the
+   launch come first. Tried, and listed in the trials, only when there was
+   such an open (no trial is stored for the launches that had none).
 2. ``probabilistic_network`` (iOS, both settings on): window taps with the same
    network hash and iOS major version. One link -> probabilistic /
    ``probabilistic_match``; those taps are consumed and the hash is deleted.
@@ -89,6 +96,7 @@ __all__ = [  # tokens, the window, handoffs and installs have their own modules;
 
 class Flow(enum.StrEnum):
     INSTALL_REFERRER = "install_referrer"
+    LANDING_PAGE = "landing_page"
     PROBABILISTIC_NETWORK = "probabilistic_network"
     PROBABILISTIC_COHORT = "probabilistic_cohort"
 
@@ -159,15 +167,30 @@ class Unattributed:
 
 Attribution = Matched | Unattributed
 
+LANDING_OPEN_TTL_MS = 7 * 24 * 3_600_000
+"""How long a 'Continue in app' open waits for its install's first launch: as
+long as a token does (a first launch report that fails is retried on the next
+launch, which may be days later)."""
+
+
+@attrs.frozen
+class LandingOpen:
+    """A 'Continue in app' open of an install not known yet: its link, when."""
+
+    link_id: str
+    at_ms: int
+
 
 def decide_first_launch(launch: LaunchFacts, *, token: Token | None,
                         window: Sequence[ClickWindowEntry], settings: DeferredSettingsView,
-                        net_hash: bytes | None, now_ms: int) -> Attribution:
+                        net_hash: bytes | None, now_ms: int,
+                        landing: LandingOpen | None = None) -> Attribution:
     """Tie a first launch to a tap (see the module docstring for the rules).
 
     ``token`` is the stored token named by ``launch.referrer_token`` (None when
     unknown); ``window`` the project's click-window entries (any subset that
-    holds the recent ones); ``net_hash`` the launch's network hash, or None."""
+    holds the recent ones); ``net_hash`` the launch's network hash, or None;
+    ``landing`` the install's 'Continue in app' open before this launch."""
     minutes = settings.probabilistic_window_minutes
     recent = [e for e in window if e.mode == launch.mode and e.os_major == launch.os_major
               and in_window(e, window_minutes=minutes, now_ms=now_ms)]
@@ -178,21 +201,26 @@ def decide_first_launch(launch: LaunchFacts, *, token: Token | None,
         cohort = Candidates.of((e for e in recent if e.country == launch.country),
                                list_all=False, tap_cap=COHORT_TAPS_COUNTED)
     return decide_from_candidates(launch, token=token, network=network, cohort=cohort,
-                                  settings=settings, net_hash=net_hash, now_ms=now_ms)
+                                  settings=settings, net_hash=net_hash, now_ms=now_ms,
+                                  landing=landing)
 
 
 def decide_from_candidates(launch: LaunchFacts, *, token: Token | None, network: Candidates,
                            cohort: Candidates, settings: DeferredSettingsView,
-                           net_hash: bytes | None, now_ms: int) -> Attribution:
+                           net_hash: bytes | None, now_ms: int,
+                           landing: LandingOpen | None = None) -> Attribution:
     """:func:`decide_first_launch` with the window already summarized.
 
     ``network``: the taps inside :func:`window_bounds` with the launch's mode,
     iOS major version and network hash, every one listed (ignored, and may be
     empty, when :func:`network_skip` gives a reason). ``cohort``: those with the
     launch's mode, iOS major version and country, at least the oldest listed
-    (ignored when :func:`cohort_skip` gives a reason)."""
+    (ignored when :func:`cohort_skip` gives a reason). ``landing``: the
+    install's 'Continue in app' open made before this launch, if any."""
     trials: list[FlowTrial] = []
     match = _try_referrer(launch, token, now_ms, trials)
+    if match is None and landing is not None:
+        match = _try_landing(landing, now_ms, trials)
     if match is None:
         match = _try_network(launch, network, settings, net_hash, trials)
     if match is None:
@@ -222,6 +250,19 @@ def _try_referrer(launch: LaunchFacts, token: Token | None, now_ms: int,
     note(Outcome.MATCHED, "token valid")
     return Matched(link_id=token.link_id, confidence=Confidence.DETERMINISTIC,
                    method=Method.INSTALL_REFERRER, consume_token=token.token)
+
+
+def _try_landing(landing: LandingOpen, now_ms: int, trials: list[FlowTrial]) -> Matched | None:
+    age = now_ms - landing.at_ms
+    if not 0 <= age <= LANDING_OPEN_TTL_MS:
+        trials.append(FlowTrial(Flow.LANDING_PAGE, Outcome.REJECTED,
+                                "the 'Continue in app' open is more than 7 days old"
+                                if age > 0 else "the 'Continue in app' open is later"))
+        return None
+    trials.append(FlowTrial(Flow.LANDING_PAGE, Outcome.MATCHED,
+                            "opened from the 'Continue in app' page before this launch"))
+    return Matched(link_id=landing.link_id, confidence=Confidence.DETERMINISTIC,
+                   method=Method.LANDING_PAGE)
 
 
 def _probabilistic_skip(launch: LaunchFacts, settings: DeferredSettingsView) -> str | None:

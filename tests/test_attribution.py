@@ -12,12 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from svc_engine.attribution import (
+    LANDING_OPEN_TTL_MS,
     NET_HASH_TTL_MS,
     TOKEN_TTL_MS,
     ClickWindowEntry,
     Confidence,
     Flow,
     FlowTrial,
+    LandingOpen,
     LaunchFacts,
     Matched,
     Method,
@@ -466,3 +468,32 @@ def test_click_window_entry_round_trip(entry: ClickWindowEntry) -> None:
                  used=st.booleans()))
 def test_token_round_trip(tok: Token) -> None:
     assert Token.from_map(tok.to_map()) == tok
+
+
+# --- a 'Continue in app' open before the launch report --------------------------------
+
+
+def test_an_open_from_the_page_before_the_launch_is_deterministic_before_the_window() -> None:
+    """Rank 1b: after a valid token, before the probabilistic steps; older than
+    7 days it is rejected and the steps after it judge the launch."""
+    window = [tap("c1", LINK_B)]
+    opened = LandingOpen(link_id=LINK_A, at_ms=NOW - 5 * MIN)
+    got = decide_first_launch(IOS, token=None, window=window, settings=PROB, net_hash=None,
+                              now_ms=NOW, landing=opened)
+    assert isinstance(got, Matched) and (got.link_id, got.method, got.confidence) == (
+        LINK_A, Method.LANDING_PAGE, Confidence.DETERMINISTIC)
+    assert got.consume_click_ids == () and outcomes(got) == [
+        (Flow.INSTALL_REFERRER, Outcome.SKIPPED), (Flow.LANDING_PAGE, Outcome.MATCHED)]
+    by_token = decide_first_launch(ANDROID, token=token(link_id=LINK_B), window=[],
+                                   settings=PROB, net_hash=None, now_ms=NOW, landing=opened)
+    assert isinstance(by_token, Matched) and by_token.method is Method.INSTALL_REFERRER
+    edge = LandingOpen(link_id=LINK_A, at_ms=NOW - LANDING_OPEN_TTL_MS)
+    kept = decide_first_launch(IOS, token=None, window=[], settings=PROB, net_hash=None,
+                               now_ms=NOW, landing=edge)
+    assert isinstance(kept, Matched) and kept.link_id == LINK_A
+    stale = LandingOpen(link_id=LINK_A, at_ms=NOW - LANDING_OPEN_TTL_MS - 1)
+    later = decide_first_launch(IOS, token=None, window=window, settings=PROB, net_hash=None,
+                                now_ms=NOW, landing=stale)
+    assert isinstance(later, Matched) and later.method is Method.PROBABILISTIC_MATCH
+    assert (Flow.LANDING_PAGE, Outcome.REJECTED) in outcomes(later)
+    assert all(t.flow is not Flow.LANDING_PAGE for t in decide().trials)  # none: no trial

@@ -223,6 +223,37 @@ async def test_landing_page_open_button_then_resolve_upgrades(app: App) -> None:
     assert_landing_open(app, r.json()["link"], ln, iid)
 
 
+def landing_url(ln: dict[str, object]) -> str:
+    """The 'Continue in app' page's open button: the scheme carrying the link."""
+    return "exampleshop://open?svc_link=" + str(ln["url"]).replace(":", "%3A").replace(
+        "/", "%2F")
+
+
+async def test_a_continue_in_app_open_before_the_launch_report_attributes_the_install(
+        app: App) -> None:
+    """The button's tap is often the app's first launch, and the SDK's resolve
+    and launch report race: resolve first found no install to upgrade, and the
+    launch report then judged the install unattributed for good. Now the open
+    waits for the launch report, which takes it as deterministic evidence."""
+    await setup(app, iosLandingPage=True)
+    ln = await link(app)
+    await tap(app, ln["slug"], IOS_UA)
+    iid = new_install()
+    async with app.client("pk_test", **SDK) as c:
+        r = await c.post("/v1/sdk/resolve", json={"url": landing_url(ln), "installId": iid})
+    assert r.json()["link"]["method"] == "landing_page"
+    assert len(app.services.store.scan(b"landing_opens", b"")) == 1
+    status, body = await init(app, init_body(iid, "ios"))
+    assert status == 200
+    assert_landing_open(app, body["link"], ln, iid)  # type: ignore[index]
+    assert app.services.store.scan(b"landing_opens", b"") == []  # judged once
+    other = new_install()
+    assert await init(app, init_body(other, "ios")) == (200, {"link": None})
+    async with app.client("sk_test") as c:
+        counted = (await c.get(f"/v1/analytics/links/{ln['id']}")).json()
+    assert counted["installs"]["total"] == 1, counted
+
+
 def assert_landing_open(app: App, got: dict[str, object], ln: dict[str, object],
                         iid: str) -> None:
     """A 'Continue in app' open: the link, deferred, deterministic, and the
@@ -678,6 +709,24 @@ async def test_token_expires_after_exactly_7_days(app: App,
     assert late == (200, {"link": None})
     await trio.sleep(700)  # the sweep removes expired tokens
     assert app.services.attribution.get_token(r2.split("=")[1]) is None
+
+
+async def test_a_continue_in_app_open_waits_7_days_for_its_launch_report(
+        app: App, autojump_clock: trio.testing.MockClock) -> None:
+    await setup(app, iosLandingPage=True)
+    ln = await link(app)
+    late, never = new_install(), new_install()
+    async with app.client("pk_test", **SDK) as c:
+        for iid in (late, never):
+            r = await c.post("/v1/sdk/resolve", json={"url": landing_url(ln), "installId": iid})
+            assert r.status_code == 200
+    await trio.sleep(7 * 86400 + 0.001)
+    assert await init(app, init_body(late, "ios")) == (200, {"link": None})
+    install = app.services.attribution.get_install(app.project_id, "test", late)
+    assert install is not None and install.attribution is None
+    assert len(app.services.store.scan(b"landing_opens", b"")) == 1
+    await trio.sleep(700)  # the sweep removes the one whose launch never came
+    assert app.services.store.scan(b"landing_opens", b"") == []
 
 
 async def test_no_handoff_is_made_for_an_expired_link(app: App,

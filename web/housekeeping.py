@@ -5,7 +5,8 @@
 | idem_sweep       | 1 h    | idempotency records older than 24 h                      |
 | attribution_sweep| 10 min | click-window entries (and their network hashes) older    |
 |                  |        | than the longest window (6 h, so hashes never pass 7 h), |
-|                  |        | tokens and handoffs past their expiry                    |
+|                  |        | tokens and handoffs past their expiry, and "Continue in  |
+|                  |        | app" opens whose first launch did not come in 7 days     |
 | events_retention | 1 day  | raw custom events received more than                     |
 |                  |        | ``event_retention_days`` ago, with their dedup entries   |
 |                  |        | (aggregates stay; below 1 day: raw events are kept)      |

@@ -44,6 +44,7 @@ RECENT_CLICKS = 20
 LINK_CLICKS = 8
 WINDOW_SHOWN = 50
 FLOW_NAMES = {Flow.INSTALL_REFERRER: "Install referrer (Android)",
+              Flow.LANDING_PAGE: "Continue in app page, opened before the launch",
               Flow.PROBABILISTIC_NETWORK: "Probabilistic, same network (iOS)",
               Flow.PROBABILISTIC_COHORT: "Probabilistic, iOS version and country"}
 OUTCOME_BADGES = {Outcome.MATCHED: "success", Outcome.SKIPPED: "muted",
