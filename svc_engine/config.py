@@ -99,7 +99,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("rate_limit_per_client", "SVC_RATE_LIMIT_PER_CLIENT", 300, int,
             "API requests per second per client address (in memory only; burst 2x); 0 disables"),
     Setting("rate_limit_per_key", "SVC_RATE_LIMIT_PER_KEY", 100, int,
-            "sustained requests per second per API key (burst: 2x); 0 disables"),
+            "sustained requests per second per secret API key (burst: 2x); 0 disables "
+            "(publishable keys, shared by every install of an app, are limited per "
+            "client address)"),
     Setting("country_header", "SVC_COUNTRY_HEADER", None, _opt,
             "trusted proxy header carrying the client's country, e.g. CF-IPCountry"),
     Setting("geoip_db", "SVC_GEOIP_DB", None, _opt,

@@ -153,6 +153,23 @@ async def test_rate_limit_gives_429_with_retry_after(app: App) -> None:
     assert int(r.headers["retry-after"]) >= 1
 
 
+async def test_a_publishable_key_is_not_rate_limited_as_a_key(app: App) -> None:
+    """Every install of an app sends the same publishable key: a per-key limit
+    (100 a second by default) capped the whole app's launches and events, its
+    installs refused with 429 however few each sent. The SDK's calls are
+    limited per client address instead (SVC_RATE_LIMIT_PER_CLIENT)."""
+    app.front.api.limiter.rate = 2.0
+    async with app.client("pk_test") as c:
+        codes = [(await c.post("/v1/sdk/resolve", json={
+            "url": "http://svc.test/nope", "installId": "4f1c2a3b-5d6e-4f70-8a9b-0c1d2e3f4a5b",
+        })).status_code for _ in range(10)]
+    assert codes == [404] * 10
+    app.front.client_limiter.rate = 2.0
+    async with app.client("pk_test") as c:
+        limited = [(await c.post("/v1/sdk/resolve", json={})).status_code for _ in range(10)]
+    assert 429 in limited
+
+
 # -- idempotency ----------------------------------------------------------------------
 
 async def test_idempotent_replay_is_byte_for_byte(app: App) -> None:

@@ -33,7 +33,10 @@ class Api:
         self.router.add("GET", "/v1/openapi.json", openapi_json)
 
     def sdk_auth(self, req: Request) -> KeyContext:
-        return authenticate(req, self.services, KeyKind.PUBLISHABLE, self.limiter)
+        # No per-key limit: every install of the app shares its publishable
+        # key, so one would cap the whole app's SDK traffic (100 requests a
+        # second by default); each client address is limited by the front.
+        return authenticate(req, self.services, KeyKind.PUBLISHABLE)
 
     def server_auth(self, req: Request) -> KeyContext:
         return authenticate(req, self.services, KeyKind.SECRET, self.limiter)
