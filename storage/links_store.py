@@ -18,6 +18,7 @@ from storage import layout
 from storage.codec import decode, encode
 from storage.lmdb_store import LmdbStore, prefix_keys
 from svc_engine.errors import InvalidDomain, LinkQuotaExceeded, NotFound, SlugTaken, ValidationError
+from svc_engine.keys import Mode
 from svc_engine.links import Link
 from svc_engine.platforms import Platforms
 from svc_engine.store import IdemWrite
@@ -94,6 +95,17 @@ class LinksStore:
         with self.store.read() as txn:
             raw = txn.get(layout.uid(link_id), db=self._links)
         return decode(Link, bytes(raw)) if raw is not None else None
+
+    def shown(self, link_id: str, project_id: str, mode: Mode) -> Link | None:
+        """The link as a page of ``project_id`` in ``mode`` may show it: None
+        unless it is that project's and mode's and not deleted. Records name
+        links as sent (an event's ``linkId`` may be any link, another
+        organization's too): a page must not show a title it does not own."""
+        link = self.get(link_id)
+        if (link is None or link.deleted or link.project_id != project_id
+                or link.mode is not mode):
+            return None
+        return link
 
     def by_slug(self, domain: str, slug: str) -> Link | None:
         """The redirect's read: one read transaction, two gets, cached decoding."""

@@ -32,9 +32,9 @@ from svc_engine.errors import (
     ValidationError,
 )
 from svc_engine.idempotency import StoredResponse
-from svc_engine.keys import ApiKey
+from svc_engine.keys import ApiKey, Mode
 from svc_engine.outbox import OutboxEvent
-from svc_engine.plans import Plan
+from svc_engine.plans import Plan, within
 from svc_engine.records import Membership, Organization, Project, User, normalize_email
 from svc_engine.settings import DeferredSettings
 from svc_engine.store import IdemWrite, Store
@@ -303,10 +303,17 @@ class LmdbStore:
                                                plan=plan)
         return org
 
-    async def create_project(self, project: Project) -> None:
+    async def create_project(self, project: Project, *, at_most: int | None = None) -> None:
+        """Store a new project; with ``at_most``, only while its organization
+        has fewer (counted in the write, so two at once cannot both pass)."""
         projects, by_org = self._db[b"projects"], self._db[b"projects_by_org"]
 
         def op(txn: lmdb.Transaction) -> None:
+            if at_most is not None:
+                org = layout.uid(project.org_id)
+                held = sum(1 for _ in prefix_keys(txn, by_org, org))
+                if not within(at_most, held):
+                    raise ValidationError("the plan allows no more projects", field="plan")
             pid = layout.uid(project.id)
             if not txn.put(pid, encode(project), db=projects, overwrite=False):
                 raise Conflict(f"project {project.id} exists")
@@ -334,7 +341,10 @@ class LmdbStore:
 
         await self.write(op)
 
-    async def revoke_key(self, project_id: str, key_id: str, now_ms: int) -> ApiKey:
+    async def revoke_key(self, project_id: str, key_id: str, now_ms: int, *,
+                         mode: Mode | None = None) -> ApiKey:
+        """Revoke a key of the project (with ``mode``: only a key of that mode;
+        another is NotFound, as the dashboard lists one mode's keys)."""
         keys, by_project = self._db[b"keys"], self._db[b"keys_by_project"]
 
         def op(txn: lmdb.Transaction) -> ApiKey:
@@ -345,6 +355,8 @@ class LmdbStore:
             if raw is None:
                 raise NotFound(f"no key {key_id} in this project")
             key = decode(ApiKey, bytes(raw))
+            if mode is not None and key.mode is not mode:
+                raise NotFound(f"no key {key_id} in this project and mode")
             if key.revoked_at_ms is None:
                 key = attrs.evolve(key, revoked_at_ms=now_ms)
                 txn.put(key.hash, encode(key), db=keys)

@@ -173,3 +173,53 @@ async def test_newest_first_reads_honour_since_and_limit(app: App) -> None:
     assert len(got) == 2 and got[0].created_at_ms >= got[1].created_at_ms
     assert {i.install_id for i in dashboard_reads.recent_installs(
         store, app.project_id, Mode.TEST)} == set(installs)
+
+
+async def test_live_and_the_debugger_show_only_links_of_their_project_and_mode(
+        app: App) -> None:
+    """A conversion's ``linkId`` is stored as the app sent it, so it may name
+    a live link of the project, or another organization's: Live events showed
+    that link's title (and a link to a page that answered 404). A deleted
+    link's rows, in Live events and the debugger, linked to a 404 too."""
+    import os
+
+    from svc_engine.plans import Plan
+    from web import tenancy
+
+    async with app.client("sk_live") as c:
+        live = (await c.post("/v1/links", json={"path": "/x", "title": "LIVE ONLY TITLE"})
+                ).json()
+    now = app.services.clock.now_ms()
+    org = await tenancy.create_org(app.services.store, "Other Co", Plan.GROWTH, os.urandom, now)
+    _, keys = await tenancy.create_project(app.services.store, org.id, "Other app",
+                                           os.urandom, now)
+    other_sk = next(v for v in keys.values() if v.startswith("sk_test_"))
+    async with app.client(other_sk) as c:
+        foreign = (await c.post("/v1/links", json={"path": "/y", "title": "OTHER ORG TITLE"})
+                   ).json()
+    gone = await setup(app)
+    await tap(app, gone["slug"])
+    install = new_install()
+    async with app.client("pk_test", **SDK) as c:
+        assert (await c.post("/v1/sdk/init", json=init_body(install, "android"))
+                ).status_code == 200
+        for link_id in (live["id"], foreign["id"], gone["id"]):
+            r = await c.post("/v1/sdk/events", json={"installId": install, "events": [{
+                "id": str(uuid.uuid4()), "name": "purchase", "linkId": link_id,
+                "occurredAt": iso_utc(app.services.clock.now_ms())}]})
+            assert r.status_code == 200, r.text
+    async with app.client("sk_test") as c:
+        assert (await c.delete(f"/v1/links/{gone['id']}")).status_code in (200, 204)
+    await app.flush()
+    m = await signed_in(app, owner(app))
+    page = (await m.get("/dashboard/live")).text
+    poll = (await m.get("/dashboard/live/events?after=0")).json()["html"]
+    debugger = (await m.get("/dashboard/build/debugger")).text
+    for shown in (page, poll, debugger):
+        assert "LIVE ONLY TITLE" not in shown and "OTHER ORG TITLE" not in shown
+        assert re.findall(r'href="/dashboard/links/[0-9a-f-]{36}"', shown) == []
+    assert page.count("Deleted or unknown link") == 4  # three conversions and the tap
+    replay = re.search(r'href="(/dashboard/build/debugger\?click=[^"]+)"', page)
+    assert replay is not None
+    detail = (await m.get(replay.group(1).replace("&amp;", "&"))).text
+    assert "The link was deleted." in detail

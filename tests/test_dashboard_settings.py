@@ -65,6 +65,14 @@ async def test_keys_follow_the_mode_and_publishable_keys_stay_visible(app: App) 
     for bad in ({"kind": "other"}, {"kind": "secret", "name": "x" * 101}):
         assert (await m.post("/dashboard/settings/keys", bad)).status_code == 400
     assert (await m.post("/dashboard/settings/keys/not-a-key/revoke")).status_code == 404
+    # A key of the other mode (the page lists this mode's only) is not revoked
+    # from here: a test-mode session could revoke the live secret key.
+    test_secret = next(k for k in app.services.store.list_keys(app.project_id)
+                       if k.mode is Mode.TEST and k.kind is KeyKind.SECRET)
+    assert (await m.post(f"/dashboard/settings/keys/{test_secret.id}/revoke")
+            ).status_code == 404
+    assert all(k.revoked_at_ms is None for k in app.services.store.list_keys(app.project_id)
+               if k.id == test_secret.id)
     await m.aclose()
 
 
@@ -218,3 +226,66 @@ async def test_front_routes_only_the_dashboard_paths_to_it(app: App) -> None:
         assert other.status_code == 404 and "dashboard.css" not in other.text  # a slug
         wrong = await c.put("/dashboard/settings/keys")
         assert wrong.status_code == 405 and "GET" in wrong.headers["allow"]
+
+
+async def test_projects_made_at_once_stay_within_the_plan(app: App) -> None:
+    """The plan's project limit was read before the write: three forms sent
+    at once on a Starter organization (one project) made three."""
+    import os
+
+    import trio
+
+    from svc_engine.errors import ValidationError
+    from svc_engine.plans import QUOTAS
+    from web import tenancy
+
+    store = app.services.store
+    now = app.services.clock.now_ms()
+    org = await tenancy.create_org(store, "Small Co", Plan.STARTER, os.urandom, now)
+    limit = QUOTAS[Plan.STARTER].projects
+    assert limit is not None
+    made: list[str] = []
+    refused: list[str] = []
+
+    async def one(n: int) -> None:
+        try:
+            project, _ = await tenancy.create_project(store, org.id, f"App {n}", os.urandom,
+                                                      now)
+            made.append(project.id)
+        except ValidationError as e:
+            refused.append(e.field or "")
+
+    async with trio.open_nursery() as nursery:
+        for n in range(limit + 2):
+            nursery.start_soon(one, n)
+    assert len(made) == limit and refused == ["plan"] * 2
+    assert [p.id for p in store.list_projects(org.id)] == made
+
+
+async def test_a_form_made_for_one_mode_is_not_applied_in_another(app: App) -> None:
+    """Each form carries the project and mode it was made for (``ws``). The
+    add-endpoint form said "test mode", but sent after another tab switched
+    the session to Live it made a live endpoint; the same with new keys."""
+    m = await signed_in(app, owner(app))
+    form = (await m.get("/dashboard/settings/webhooks/new")).text
+    ws = re.search(r'name="ws" value="([^"]+)"', form)
+    assert ws is not None and ws.group(1) == f"{app.project_id}:test"
+    assert (await m.post("/dashboard/mode", {"mode": "live", "ws": ws.group(1)})
+            ).status_code == 303  # switching is never refused for the page it came from
+    keys_before = len(app.services.store.list_keys(app.project_id))
+    stale = await m.post("/dashboard/settings/webhooks/new", {
+        "url": "https://hooks.example.com/a", "events": "click", "ws": ws.group(1)})
+    assert stale.status_code == 409 and "Nothing was changed" in stale.text
+    key = await m.post("/dashboard/settings/keys", {"kind": "secret", "ws": ws.group(1)})
+    assert key.status_code == 409
+    assert app.services.webhooks is not None
+    tables = app.services.webhooks.tables
+    assert tables.endpoints(app.project_id, Mode.LIVE) == []
+    assert tables.endpoints(app.project_id, Mode.TEST) == []
+    assert len(app.services.store.list_keys(app.project_id)) == keys_before
+    fresh = (await m.get("/dashboard/settings/keys")).text
+    assert f'name="ws" value="{app.project_id}:live"' in fresh
+    made = await m.post("/dashboard/settings/keys", {"kind": "secret",
+                                                     "ws": f"{app.project_id}:live"})
+    assert made.status_code == 200 and "sk_live_" in made.text
+    await m.aclose()

@@ -78,7 +78,7 @@ async def create_project(store: LmdbStore, org_id: str, name: str, random: Rando
                               field="name")
     project = Project(id=new_id(random(16)), org_id=org_id, name=name.strip(),
                       salt=random(32), created_at_ms=now_ms, default_domain=default_domain)
-    await store.create_project(project)
+    await store.create_project(project, at_most=QUOTAS[org.plan].projects)
     keys = {}
     for (kind, mode), label in KEY_NAMES.items():
         _, raw = await create_key(store, project.id, kind, mode, f"default {label}", random,

@@ -157,6 +157,10 @@ class Dashboard:
                     return await self.to_sign_in()
                 if request.method == "POST" and not await self.csrf_ok(viewer):
                     return await self.csrf_refused(viewer)
+                if (request.method == "POST" and action is not Action.SESSION
+                        and (sent := (await request.form).get("ws")) is not None
+                        and sent != form_workspace(viewer)):
+                    return await self.workspace_changed(viewer)
                 if not viewer.can(action):
                     if viewer.workspace is None:
                         return await self.render("no_org.html", viewer, status=403)
@@ -300,7 +304,7 @@ class Dashboard:
             template, viewer=viewer, theme=theme if theme in THEMES else "system",
             nav=grouped(self.nav), endpoint=request.endpoint, here=_here(),
             csrf_token=viewer.csrf if viewer else self.anonymous_csrf(),
-            once_key=self.once.new_key,
+            form_workspace=form_workspace(viewer), once_key=self.once.new_key,
             notice=self.notices.get(done), asset_version=self.asset_version,
             Action=Action, **context)
         resp: Response = current_app.response_class(body, status=status, headers=headers or {})
@@ -343,6 +347,15 @@ class Dashboard:
             "token (CSRF). This happens when a page was open for a long time, after "
             "signing in elsewhere, or when a form was sent from another site. Go back, "
             "reload the page and try again.")
+
+    async def workspace_changed(self, viewer: Viewer) -> Response:
+        where = (f"{viewer.project.name} in {viewer.mode.value} mode" if viewer.project
+                 else "an organization without a project")
+        return await self.error(
+            viewer, 409, "The project or mode changed",
+            f"This form was made for another project or mode than the one this dashboard "
+            f"is now in ({where}): it was switched in another tab. Nothing was changed. "
+            f"Reload the page to work in the current project and mode.")
 
     async def refused(self, viewer: Viewer, action: Action) -> Response:
         allowed = who_may(action)
@@ -436,3 +449,13 @@ def fmt_date(ms: int | None) -> str:
         return ""
     t = utc(ms)
     return f"{t.day} {t:%b %Y}"
+
+
+def form_workspace(viewer: Viewer | None) -> str:
+    """The project and mode a form is made for (its ``ws`` field, beside the
+    CSRF token): a form posted after the dashboard switched project or mode
+    in another tab is refused, not applied to the new one (a webhook endpoint
+    or key made in live mode from a page that said test)."""
+    if viewer is None or viewer.project is None:
+        return ""
+    return f"{viewer.project.id}:{viewer.mode.value}"

@@ -88,9 +88,10 @@ def register(dash: Dashboard) -> None:
                           f"{found.mode.value.capitalize()} to debug it.")
         return found, None
 
-    def link_of(link_id: str, cache: dict[str, Link | None]) -> Link | None:
+    def link_of(viewer: Viewer, link_id: str, cache: dict[str, Link | None]) -> Link | None:
+        assert viewer.project is not None
         if link_id not in cache:
-            cache[link_id] = services.links.get(link_id)
+            cache[link_id] = services.links.shown(link_id, viewer.project.id, viewer.mode)
         return cache[link_id]
 
     async def page(viewer: Viewer, *, status: int = 200, **extra: Any) -> ResponseReturnValue:
@@ -107,7 +108,7 @@ def register(dash: Dashboard) -> None:
             ctx["settings"] = dash.store.get_settings(project.id)
             ctx["platforms"] = services.links.platforms(project.id)
             cache: dict[str, Link | None] = {}
-            ctx["recent"] = [(c, link_of(c.link_id, cache)) for c in
+            ctx["recent"] = [(c, link_of(viewer, c.link_id, cache)) for c in
                              recent_clicks(dash.store, project.id, viewer.mode,
                                            limit=RECENT_CLICKS)]
         return await dash.render("debugger.html", viewer, status=status, **ctx)
@@ -150,7 +151,7 @@ def register(dash: Dashboard) -> None:
         if click is None:
             return {"click_problem": "No such click in this project and mode. Clicks are "
                                      "listed under Recent clicks."}
-        link = services.links.get(click.link_id)
+        link = services.links.shown(click.link_id, viewer.project.id, viewer.mode)
         client = Client(Platform(click.platform) if click.platform in set(Platform)
                         else Platform.DESKTOP, click.os_major)
         replay = None
@@ -185,14 +186,14 @@ def register(dash: Dashboard) -> None:
         decision = services.attribution.decision(pid, viewer.mode.value, iid)
         cache: dict[str, Link | None] = {}
         out.update(install=install, decision=decision,
-                   install_link=link_of(install.attribution.link_id, cache)
+                   install_link=link_of(viewer, install.attribution.link_id, cache)
                    if install.attribution else None,
-                   decision_link=link_of(decision.link_id, cache)
+                   decision_link=link_of(viewer, decision.link_id, cache)
                    if decision is not None and decision.link_id else None)
         if settings.probabilistic_matching:
             entries = services.attribution.newest_in_window(
                 pid, viewer.mode.value, now_ms - settings.window_ms, WINDOW_SHOWN)
-            out["window"] = [(e, link_of(e.link_id, cache)) for e in entries]
+            out["window"] = [(e, link_of(viewer, e.link_id, cache)) for e in entries]
         return out
 
     @dash.page("/dashboard/build/debugger/simulate", Action.DEBUGGER_VIEW,

@@ -79,5 +79,5 @@ def register(dash: Dashboard) -> None:
     async def revoke_key(viewer: Viewer, key_id: str) -> ResponseReturnValue:
         if viewer.project is None or not is_uuid(key_id):
             raise NotFound("no such key in this project")
-        await dash.store.revoke_key(viewer.project.id, key_id, dash.now_ms())
+        await dash.store.revoke_key(viewer.project.id, key_id, dash.now_ms(), mode=viewer.mode)
         return see_other(url_for("keys", done="key-revoked"))

@@ -132,14 +132,16 @@ def register(dash: Dashboard) -> None:
         """Which feed this is: a page whose workspace or mode changed elsewhere stops."""
         return f"{viewer.project.id if viewer.project else ''}:{viewer.mode.value}"
 
-    def links_of(events: list[LiveEvent]) -> dict[str, Link | None]:
-        return {e.link_id: dash.services.links.get(e.link_id) for e in events if e.link_id}
+    def links_of(viewer: Viewer, events: list[LiveEvent]) -> dict[str, Link | None]:
+        assert viewer.project is not None
+        pid, shown = viewer.project.id, dash.services.links.shown
+        return {e.link_id: shown(e.link_id, pid, viewer.mode) for e in events if e.link_id}
 
     @dash.page("/dashboard/live", Action.LIVE_VIEW, endpoint="live")
     async def live_page(viewer: Viewer) -> ResponseReturnValue:
         events, marker = feed(viewer, 0, None, PAGE_EVENTS)
         newest = events[0].at_ms if events else dash.now_ms()
-        return await dash.render("live.html", viewer, events=events, links=links_of(events),
+        return await dash.render("live.html", viewer, events=events, links=links_of(viewer, events),
                                  after=newest, marker=marker or "", poll_seconds=POLL_SECONDS,
                                  workspace=workspace_of(viewer),
                                  script_version=script_version, now_ms=dash.now_ms())
@@ -154,7 +156,7 @@ def register(dash: Dashboard) -> None:
         events, new_marker = feed(viewer, max(0, after - LAG_MS), marker, POLL_EVENTS)
         body: dict[str, Any] = {
             "html": await render_template("live_rows.html", events=events,
-                                          links=links_of(events), now_ms=dash.now_ms()),
+                                          links=links_of(viewer, events), now_ms=dash.now_ms()),
             "keys": [e.key for e in events],
             "after": max([after, *(e.at_ms for e in events)]),
             "im": new_marker or "",
