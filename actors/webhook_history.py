@@ -7,16 +7,24 @@ every delivery created 30 days ago or earlier, with its indexes and attempt
 deadline, and the body of any event no delivery refers to any more, in
 batches of 5,000 per write. A delivery whose attempt is under way right then
 is left for the next sweep. A sweep with nothing to remove reads one key.
+
+The next sweep is recorded before this one works, so a sweep the store
+refuses (a full disk or map) is logged and the next one still comes; one
+whose next deadline cannot be written is tried again a minute later (the
+old deadline stays in the store, so a restart runs it).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+import attrs
 import lmdb
 
 from storage.webhooks_store import Expired
 from svc_engine.deadlines import Deadline
+from svc_engine.errors import SvcError
 from svc_engine.webhook_delivery import HISTORY_MS
 
 if TYPE_CHECKING:
@@ -25,6 +33,8 @@ if TYPE_CHECKING:
 PURGE_DEADLINE = "webhook_purge"
 PURGE_EVERY_MS = 3_600_000
 PURGE_BATCH = 5_000
+RETRY_MS = 60_000
+log = logging.getLogger("svc.webhooks")
 
 
 def first_purge(now_ms: int) -> Deadline:
@@ -33,6 +43,28 @@ def first_purge(now_ms: int) -> Deadline:
 
 async def purge(actor: WebhookActor, deadline: Deadline) -> None:
     now = actor.now_ms()
+    following = Deadline(now + PURGE_EVERY_MS, PURGE_DEADLINE, "all")
+
+    def reschedule(txn: lmdb.Transaction) -> None:
+        actor.tables.store.delete_deadline(txn, deadline)
+        actor.tables.store.put_deadline(txn, following)
+
+    try:
+        await actor.write(reschedule)
+    except SvcError as e:
+        log.warning("webhook history: the next sweep could not be recorded (%s); trying "
+                    "again in %d s", e, RETRY_MS // 1000)
+        actor.schedule(attrs.evolve(deadline, due_ms=now + RETRY_MS))
+        return
+    actor.schedule(following)
+    try:
+        await _sweep(actor, now)
+    except SvcError as e:
+        log.warning("webhook history: a sweep failed (%s); the next one is in %d s", e,
+                    PURGE_EVERY_MS // 1000)
+
+
+async def _sweep(actor: WebhookActor, now: int) -> None:
     cutoff = now - HISTORY_MS + 1  # created at or before now - 30 days
     await actor.settle()  # read after this actor's own writes
     while True:
@@ -49,11 +81,3 @@ async def purge(actor: WebhookActor, deadline: Deadline) -> None:
         actor.count_purged(len(doomed))
         if len(found) < PURGE_BATCH:
             break
-    following = Deadline(now + PURGE_EVERY_MS, PURGE_DEADLINE, "all")
-
-    def reschedule(txn: lmdb.Transaction) -> None:
-        actor.tables.store.delete_deadline(txn, deadline)
-        actor.tables.store.put_deadline(txn, following)
-
-    await actor.write(reschedule)
-    actor.schedule(following)

@@ -64,3 +64,57 @@ async def test_the_attribution_sweep_deletes_every_expired_token(
     done = await job(app.services.clock.now_ms() + 8 * DAY_MS)
     assert done["tokens"] == 5
     assert all(attribution.get_token(t) is None for t in tokens)
+
+
+async def test_a_failed_run_leaves_the_schedule_as_it_was(
+        app: App, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run persisted its next deadline only after its work: one sweep the
+    store refused (a full disk or map) ended that job until a restart, and so
+    network hashes outlived their 7 hours. Now the next run is recorded
+    first; a run whose next deadline cannot be written is tried again a
+    minute later. The webhook history's hourly sweep the same."""
+    from actors import webhook_history
+    from svc_engine.errors import StorageUnavailable
+
+    sweeps: list[int] = []
+    real_sweep = app.services.attribution.sweep
+
+    async def flaky_sweep(now: int, limit: int) -> dict[str, int]:
+        sweeps.append(now)
+        if len(sweeps) == 1:
+            raise StorageUnavailable("simulated: the disk is full")
+        return await real_sweep(now, limit)
+
+    monkeypatch.setattr(app.services.attribution, "sweep", flaky_sweep)
+    purges: list[int] = []
+    real_purge = webhook_history._sweep
+
+    async def flaky_purge(actor: object, now: int) -> None:
+        purges.append(now)
+        if len(purges) == 1:
+            raise StorageUnavailable("simulated: the disk is full")
+        await real_purge(actor, now)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(webhook_history, "_sweep", flaky_purge)
+    await trio.sleep(3 * 3600 + 60)
+    assert len(sweeps) == 18  # every 10 minutes, the failed first one included
+    assert len(purges) == 3  # every hour
+    refusals = 0
+    real_replace = app.services.store.replace_deadline
+
+    async def refusing_replace(old: object, new: object) -> None:
+        nonlocal refusals
+        if refusals < 1 and getattr(old, "kind", "") == ATTRIBUTION_SWEEP:
+            refusals += 1
+            raise StorageUnavailable("simulated: the disk is full")
+        await real_replace(old, new)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app.services.store, "replace_deadline", refusing_replace)
+    before = len(sweeps)
+    await trio.sleep(9 * 60 + 1)  # the next run cannot record its successor: no work
+    assert refusals == 1 and len(sweeps) == before
+    await trio.sleep(60)  # a minute later it runs
+    assert len(sweeps) == before + 1
+    await trio.sleep(3600)
+    assert len(sweeps) == before + 7

@@ -24,7 +24,11 @@ on.
 Expiry itself is exact without the sweeps: a token or handoff is judged
 against its ``expires_at_ms`` when used, and a window tap against the window.
 The sweeps bound what is kept. Each run persists the next run's deadline, so
-the schedule survives restarts like every other deadline.
+the schedule survives restarts like every other deadline, before it does its
+work: a run that fails (the store refusing writes: a full disk or map) is
+logged and leaves the schedule as it was, so the sweep that bounds how long a
+network hash lives (SPEC: 7 hours at most) runs again at its time. A run
+whose next deadline cannot be written is tried again a minute later.
 """
 
 from __future__ import annotations
@@ -38,12 +42,14 @@ import trio
 from actors.mailbox import Mailbox
 from storage.events_store import EventsStore
 from svc_engine.deadlines import Deadline
+from svc_engine.errors import SvcError
 from svc_engine.idempotency import RETENTION_MS
 from web.services import Services
 
 log = logging.getLogger("svc.housekeeping")
 SLICE = 10_000  # records deleted in one write transaction
 SLICE_PAUSE_S = 0.05  # between two full slices of one sweep
+RETRY_MS = 60_000  # a run whose next deadline the store refused
 IDEM_SWEEP = "idem_sweep"
 ATTRIBUTION_SWEEP = "attribution_sweep"
 EVENTS_RETENTION = "events_retention"
@@ -86,12 +92,25 @@ class Housekeeper:
     async def _run_job(self, d: Deadline) -> None:
         every, job = self.jobs[d.kind]
         now = self.services.clock.now_ms()
-        done = await job(now)
+        following = Deadline(due_ms=now + every, kind=d.kind, ref=d.ref)
+        try:
+            await self.services.store.replace_deadline(d, following)
+        except SvcError as e:  # ``d`` stays in the store: a restart runs it
+            log.warning("%s: its next run could not be recorded (%s); trying again in "
+                        "%d s", d.kind, e, RETRY_MS // 1000)
+            self.services.timer.schedule_nowait(attrs.evolve(d, due_ms=now + RETRY_MS))
+            return
+        self.services.timer.schedule_nowait(following)
+        try:
+            done = await job(now)
+        except SvcError as e:
+            log.warning("%s failed (%s); it runs again at its next time", d.kind, e)
+            return
+        except Exception:
+            log.exception("%s failed; it runs again at its next time", d.kind)
+            return
         if done:
             log.debug("%s: %s", d.kind, done)
-        following = Deadline(due_ms=now + every, kind=d.kind, ref=d.ref)
-        await self.services.store.replace_deadline(d, following)
-        self.services.timer.schedule_nowait(following)
 
     async def _schedule(self, kind: str, due_ms: int) -> None:
         d = Deadline(due_ms=due_ms, kind=kind, ref="all")
