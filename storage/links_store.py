@@ -259,9 +259,23 @@ class LinksStore:
             if not txn.put(domain.encode(), pid, db=self._domains, overwrite=False):
                 raise InvalidDomain(f"{domain} is already in use")
             txn.put(pid + domain.encode(), b"", db=self._domains_by_project)
+            self._release_slugs(txn, domain, project_id)
             return self._recorded(txn, pid, idem)
 
         return await self.store.write(op)  # type: ignore[no-any-return]
+
+    def _release_slugs(self, txn: lmdb.Transaction, domain: str, project_id: str) -> None:
+        """A domain another project gave up: the slugs its links held there are
+        free for the new owner (those links no longer answer on it)."""
+        prefix = domain.encode() + b"\x00"
+        cur = txn.cursor(db=self._slugs)
+        ok = cur.set_range(prefix)
+        while ok and bytes(cur.key()).startswith(prefix):
+            raw = txn.get(bytes(cur.value()), db=self._links)
+            if raw is not None and decode(Link, bytes(raw)).project_id != project_id:
+                ok = cur.delete()  # moves to the next entry
+            else:
+                ok = cur.next()
 
     async def remove_domain(self, project_id: str, domain: str,
                             idem: IdemWrite | None = None) -> tuple[str, ...]:

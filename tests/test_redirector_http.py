@@ -225,3 +225,53 @@ async def test_the_outbox_is_woken_once_the_click_is_committed(app: App) -> None
     with trio.fail_after(5):
         await woken.wait()
     assert seen == [(2, 1)]  # the click and its event were readable
+
+
+async def test_a_custom_domain_claimed_by_another_project_serves_only_its_links(
+        app: App) -> None:
+    """Project A gave up go.shared.com and project B claimed it: taps on it
+    went on redirecting A's links (to A's app and fallbacks, a token minted
+    and a click counted for A) under B's association files, and B could not
+    make a link with a slug A had used there. Now a custom domain serves only
+    its owner's links, and A's slugs there are B's to use."""
+    import os
+
+    from storage.layout import uid as layout_uid
+    from web import tenancy
+
+    await configure(app)
+    async with app.client("sk_live") as c:
+        assert (await c.post("/v1/domains", json={"domain": "go.shared.com"})).status_code == 201
+    old = await make_link(app, domain="go.shared.com", slug="promo")
+    tapper = {"user-agent": UA["android"], "host": "go.shared.com"}
+    async with app.client(**tapper) as c:
+        assert (await c.get("/promo")).status_code == 302  # A's, while A owns it
+    async with app.client("sk_live") as c:
+        assert (await c.delete("/v1/domains/go.shared.com")).status_code == 200
+    _, keys = await tenancy.create_project(app.services.store, app.org_id, "B", os.urandom,
+                                           app.services.clock.now_ms())
+    async with app.client(keys["sk_live"]) as c:
+        assert (await c.post("/v1/domains", json={"domain": "go.shared.com"})).status_code == 201
+    async with app.client(**tapper) as c:
+        gone = await c.get("/promo")
+    assert gone.status_code == 404
+    # A slug of A's left on the domain (a domain that changed hands before
+    # this upgrade, when nothing released them) answers nothing either.
+    slugs, old_id = app.services.store.db(b"slugs"), str(old["id"])
+    await app.services.store.write(lambda txn: txn.put(
+        b"go.shared.com\x00promo", layout_uid(old_id), db=slugs))
+    async with app.client(**tapper) as c:
+        assert (await c.get("/promo")).status_code == 404
+    await app.services.store.write(lambda txn: txn.delete(b"go.shared.com\x00promo", db=slugs))
+    async with app.client(keys["sk_live"]) as c:
+        mine = await c.post("/v1/links", json={"path": "/b", "domain": "go.shared.com",
+                                               "slug": "promo"})
+    assert mine.status_code == 201, mine.text
+    async with app.client(**{"user-agent": UA["desktop"], "host": "go.shared.com"}) as c:
+        served = await c.get("/promo")
+    assert served.status_code in (200, 302)
+    await app.flush()
+    clicks = app.services.store.scan(b"clicks", b"")
+    assert len(clicks) == 2  # A's tap while it owned the domain, and B's
+    async with app.client("sk_live") as c:
+        assert (await c.get(f"/v1/links/{old['id']}")).status_code == 200  # A keeps it

@@ -60,7 +60,7 @@ class Redirector:
         slug = req.path[1:]
         link = None
         if slug and "/" not in slug:
-            link = self.services.links.by_slug(self.services.link_domain(req.header("host")), slug)
+            link = self.services.link_at(req.header("host"), slug)
         services = self.services
         now = services.clock.now_ms()
         if link is None:

@@ -18,7 +18,7 @@ from storage.attribution_store import AttributionStore
 from storage.links_store import LinksStore
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
-from svc_engine.links import default_domain
+from svc_engine.links import Link, default_domain
 from web.read_threads import ReadThreads
 
 T = TypeVar("T")
@@ -69,16 +69,34 @@ class Services:
     def link_domain(self, host: str | None) -> str:
         """The link domain a Host header (or URL netloc) names; an unknown host
         falls back to the default domain."""
+        return self._domain_and_owner(host)[0]
+
+    def link_at(self, host: str | None, slug: str) -> Link | None:
+        """The link a tap on ``host`` names by ``slug``. On a custom domain, only
+        a link of the project that owns the domain now: a domain given up and
+        claimed by another project must not serve the links made on it before
+        (they redirected to the first project's app and fallbacks, under the
+        second's association files)."""
+        domain, owner = self._domain_and_owner(host)
+        link = self.links.by_slug(domain, slug)
+        if link is not None and owner is not None and link.project_id != owner:
+            return None
+        return link
+
+    def _domain_and_owner(self, host: str | None) -> tuple[str, str | None]:
+        """The link domain of a Host header, and its owning project (None for
+        the default domain, which every project shares)."""
         default = self.default_domain
         if not host:
-            return default
+            return default, None
         host = host.strip().lower()
         if host == default:
-            return host
+            return host, None
         bare = host if host.endswith("]") else host.rsplit(":", 1)[0]
-        if self.links.domain_owner(bare) is not None:
-            return bare
-        return default
+        owner = self.links.domain_owner(bare)
+        if owner is not None:
+            return bare, owner
+        return default, None
 
     def url_link_domain(self, parts: SplitResult) -> str | None:
         """The link domain of a URL that opened the app, or None when its host

@@ -74,7 +74,7 @@ def register(dash: Dashboard) -> None:
                 return None, f"No link of this project matches “{text}”."
             slug = parts.path.strip("/")
             if slug and "/" not in slug:
-                found = services.links.by_slug(services.link_domain(parts.netloc), slug)
+                found = services.link_at(parts.netloc, slug)
         else:
             for domain in (services.default_domain,
                            *services.links.domains_of(viewer.project.id)):
