@@ -211,14 +211,24 @@ page (its button without a custom scheme, its app banner): resolved, it is a
 ``landing_page`` open, deferred, like the scheme URL carrying ``svc_link``."""
 
 
-def landing_open_url(scheme: str | None, short_url: str) -> str:
+_PATH_SAFE = "/%:@!$&'()*+,;=-._~"  # RFC 3986 pchar and "/": "?", "#", spaces escaped
+
+
+def landing_open_url(scheme: str | None, short_url: str, path: str = "") -> str:
     """Target of the 'I already have the app, open it' button: the app's custom
     scheme carrying the short link in ``svc_link``, or, when the project has no
     iOS scheme, the short link itself (a universal link) marked with
-    :data:`LANDING_MARK` (also the app banner's argument)."""
+    :data:`LANDING_MARK` (also the app banner's argument).
+
+    The scheme URL's path is the link's own ``path`` (``exampleapp:///product/1
+    ?svc_link=...``: no host, so no part of the path is lower-cased as one),
+    so that, should resolving fail, the app still routes to the link's screen
+    by the URL's path (SPEC.md "Delivery inside the app" 3); a link without a
+    path opens ``exampleapp://open?svc_link=...``."""
     if scheme is None:
         return landing_universal_link(short_url)
-    return f"{scheme}://open?svc_link={quote(short_url, safe='')}"
+    where = quote(path, safe=_PATH_SAFE) if path.startswith("/") and path != "/" else "open"
+    return f"{scheme}://{where}?svc_link={quote(short_url, safe='')}"
 
 
 def landing_universal_link(short_url: str) -> str:

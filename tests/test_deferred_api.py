@@ -212,11 +212,11 @@ async def test_landing_page_open_button_then_resolve_upgrades(app: App) -> None:
     await setup(app, iosLandingPage=True)
     ln = await link(app)
     page = await tap(app, ln["slug"], IOS_UA)
-    assert "exampleshop://open?svc_link=" in page
+    open_url = "exampleshop:///product/1?svc_link=" + str(ln["url"]).replace(
+        ":", "%3A").replace("/", "%2F")
+    assert f'href="{open_url}"' in page
     iid = new_install()
     assert await init(app, init_body(iid, "ios")) == (200, {"link": None})
-    open_url = "exampleshop://open?svc_link=" + str(ln["url"]).replace(":", "%3A").replace(
-        "/", "%2F")
     async with app.client("pk_test", **SDK) as c:
         r = await c.post("/v1/sdk/resolve", json={"url": open_url, "installId": iid})
     assert r.status_code == 200

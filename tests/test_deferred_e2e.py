@@ -71,14 +71,13 @@ def test_landing_page_button_then_resolve(srv: ServerProcess) -> None:
     with browser(srv, IOS_UA) as b:
         page = b.get(f"/{link['slug']}")
     assert page.status_code == 200
-    button = f'href="exampleshop://open?svc_link={quote(str(link["url"]), safe="")}"'
-    assert button in page.text
+    # the scheme URL's path is the link's: the app routes by it if resolving fails
+    button = f"exampleshop:///product/10?svc_link={quote(str(link['url']), safe='')}"
+    assert f'href="{button}"' in page.text
     iid = new_install()
     with sdk(srv) as c:
         assert c.post("/v1/sdk/init", json=init_body(iid, "ios")).json() == {"link": None}
-        opened = c.post("/v1/sdk/resolve", json={
-            "url": f"exampleshop://open?svc_link={quote(str(link['url']), safe='')}",
-            "installId": iid}).json()
+        opened = c.post("/v1/sdk/resolve", json={"url": button, "installId": iid}).json()
     assert opened["link"]["linkId"] == link["id"]
     assert opened["link"]["method"] == "landing_page" and opened["link"]["isDeferred"]
 

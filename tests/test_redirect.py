@@ -340,6 +340,12 @@ def test_landing_open_url() -> None:
     url = landing_open_url("exampleapp", short)
     assert url == "exampleapp://open?svc_link=https%3A%2F%2Fgo.example.com%2Fabc%3Fx%3D1%26y%3D2"
     assert unquote(url.split("svc_link=", 1)[1]) == short
+    # with the link's path, which the app routes by should resolving fail
+    assert landing_open_url("exampleapp", short, "/Product/1") == (
+        "exampleapp:///Product/1?svc_link=https%3A%2F%2Fgo.example.com%2Fabc%3Fx%3D1%26y%3D2")
+    assert landing_open_url("exampleapp", short, "/a b?c#d").startswith(
+        "exampleapp:///a%20b%3Fc%23d?svc_link=")
+    assert landing_open_url("exampleapp", short, "/") == url
     # without a scheme: the universal link itself, marked as opened from the page
     assert landing_open_url(None, short) == short + "&svc_open=landing"
     assert landing_open_url(None, "https://go.example.com/abc") == (

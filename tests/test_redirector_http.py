@@ -275,3 +275,31 @@ async def test_a_custom_domain_claimed_by_another_project_serves_only_its_links(
     assert len(clicks) == 2  # A's tap while it owned the domain, and B's
     async with app.client("sk_live") as c:
         assert (await c.get(f"/v1/links/{old['id']}")).status_code == 200  # A keeps it
+
+
+async def test_a_tap_whose_token_cannot_be_stored_still_redirects(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A redirect that hands out a token waits for it to be durable; when the
+    store refused that commit (a full disk or map) the person tapping got a
+    JSON 503 instead of the Play Store or the web fallback. Now the redirect
+    goes out without a token (no deferred link, as for a store without one)."""
+    from svc_engine.errors import StorageUnavailable
+
+    await configure(app, tokens=True)
+    link = await make_link(app)
+    store = app.services.store
+    real = store.submit
+
+    class Refused:
+        async def wait(self) -> None:
+            raise StorageUnavailable("simulated: the disk is full")
+
+    async def refusing(op: object, *, lazy: bool = False) -> object:
+        return await real(op, lazy=lazy) if lazy else Refused()  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "submit", refusing)
+    for ua, where in (("android", "https://play.google.com/"), ("desktop", "https://")):
+        async with app.client(**{"user-agent": UA[ua]}) as c:
+            r = await c.get(f"/{link['slug']}")
+        assert r.status_code == 302, (ua, r.text)
+        assert r.headers["location"].startswith(where) and "svc_token" not in r.headers["location"]

@@ -15,7 +15,7 @@ import jinja2
 
 from svc_engine.attribution import ClickWindowEntry, Token
 from svc_engine.clicks import Click
-from svc_engine.errors import MethodNotAllowed
+from svc_engine.errors import MethodNotAllowed, StorageUnavailable
 from svc_engine.ids import new_id
 from svc_engine.links import Link
 from svc_engine.redirect import (
@@ -77,8 +77,14 @@ class Redirector:
             token = Token.issue(services.random(24), link_id=link.id, mode=link.mode,
                                 now_ms=now, via=outcome.token.value)
         if decision.record_click:
-            await self._record(link, decision, facts.platform, facts.os_major, facts.country,
-                               facts.referrer_host, facts.net_hash, token, now)
+            try:
+                await self._record(link, decision, facts.platform, facts.os_major,
+                                   facts.country, facts.referrer_host, facts.net_hash, token,
+                                   now)
+            except StorageUnavailable:  # logged by the writer
+                # The token is not stored, so none is handed out: the person
+                # still reaches the store or the fallback, without a deferred link.
+                token = None
         return self._render(link, decision, token)
 
     async def _record(self, link: Link, decision: Decision, platform: str,
@@ -119,7 +125,7 @@ class Redirector:
             return self._page(200, "landing.html", app_name=name, meta=meta,
                               app_store_id=outcome.app_store_id,
                               app_store_url=outcome.app_store_url,
-                              open_url=landing_open_url(outcome.scheme, short),
+                              open_url=landing_open_url(outcome.scheme, short, link.path),
                               banner_url=landing_universal_link(short))
         assert isinstance(outcome, PreviewPage | OgPage)
         platforms = self.services.links.platforms(link.project_id)
