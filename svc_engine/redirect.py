@@ -317,6 +317,14 @@ class PageMeta:
     def twitter_card(self) -> str:
         return "summary_large_image" if self.image_url else "summary"
 
+    @property
+    def page_image_url(self) -> str | None:
+        """The image a page shows itself: https only, which is all the pages'
+        security policy loads (an http one was an empty box). Crawlers still
+        get ``image_url`` in ``og:image``, whichever scheme."""
+        image = self.image_url
+        return image if image is not None and image[:8].lower() == "https://" else None
+
 
 def page_meta(link: Link, *, short_url: str, site_name: str) -> PageMeta:
     """Title: ``ogTitle``, else ``title``, else the site (app) name."""

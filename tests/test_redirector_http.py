@@ -132,7 +132,14 @@ async def test_unknown_and_expired_and_deleted(app: App) -> None:
                                     lambda x: __import__("attrs").evolve(x, expires_at_ms=1),
                                     None)
     async with app.client(**{"user-agent": UA["ios"]}) as c:
-        assert (await c.get(f"/{link['slug']}")).status_code == 410
+        expired = await c.get(f"/{link['slug']}")
+        assert expired.status_code == 410
+        # the app's project named, not the service ("Ask svc ... for a new link")
+        project = app.services.store.get_project(app.project_id)
+        assert project is not None and f"Ask {project.name} or whoever" in expired.text
+        assert "svc" not in expired.text.split("<body", 1)[1]
+        unknown = await c.get("/doesnotexist")
+        assert "(svc)" not in unknown.text
         r = await c.get(f"/{gone['slug']}")
         assert r.status_code == 302 and r.headers["location"] == "https://example.com/sorry"
     deleted = await make_link(app)
@@ -303,3 +310,21 @@ async def test_a_tap_whose_token_cannot_be_stored_still_redirects(
             r = await c.get(f"/{link['slug']}")
         assert r.status_code == 302, (ua, r.text)
         assert r.headers["location"].startswith(where) and "svc_token" not in r.headers["location"]
+
+
+async def test_a_page_shows_an_og_image_only_over_https(app: App) -> None:
+    """The pages' security policy loads images over https only: an http
+    ``ogImageUrl`` was an empty box on the page. The page leaves it out;
+    preview crawlers still get it in ``og:image``."""
+    await configure(app, landing=True)
+    plain = await make_link(app, ogImageUrl="http://cdn.example.com/a.png", ogTitle="T")
+    secure = await make_link(app, ogImageUrl="https://cdn.example.com/b.png", ogTitle="T")
+    async with app.client(**{"user-agent": UA["ios"]}) as c:
+        landing_plain = (await c.get(f"/{plain['slug']}")).text
+        landing_secure = (await c.get(f"/{secure['slug']}")).text
+    async with app.client(**{"user-agent": UA["bot"]}) as c:
+        preview = (await c.get(f"/{plain['slug']}")).text
+    assert "<img" not in landing_plain and "cdn.example.com" not in landing_plain
+    assert '<img class="hero" src="https://cdn.example.com/b.png"' in landing_secure
+    assert '<meta property="og:image" content="http://cdn.example.com/a.png">' in preview
+    assert '<img src="http://' not in preview

@@ -115,9 +115,9 @@ class Redirector:
                                        _REFERRER])
         if isinstance(outcome, NotFoundPage):
             return self._page(404, "notfound.html")
-        if isinstance(outcome, GonePage):
-            return self._page(410, "gone.html")
         project = self.services.store.get_project(link.project_id)
+        if isinstance(outcome, GonePage):  # "ask <the app> for a new link", not svc
+            return self._page(410, "gone.html", site_name=project.name if project else "")
         name = project.name if project else "the app"
         short = link.url(public_url=self.services.config.base_url)
         meta = page_meta(link, short_url=short, site_name=name)
@@ -138,5 +138,5 @@ class Redirector:
         return self._page(200, "og.html", meta=meta, **stores)
 
     def _page(self, status: int, template: str, **context: object) -> Response:
-        html = self.env.get_template(template).render(site_name="svc", **context)
+        html = self.env.get_template(template).render(**context)
         return html_response(status, html, [_NO_STORE, _REFERRER, _CSP])
