@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
+import pytest
 import trio
 
 from actors.clock import TrioWallClock
@@ -395,3 +396,23 @@ async def test_past_the_password_queue_a_sign_in_is_turned_away_at_once(
         assert "busy" in r.text
     assert held.codes == [400] * (PASSWORD_THREADS + 3)
     assert dash.throttle.statistics()["emails"] == PASSWORD_THREADS + 3  # the late one not counted
+
+
+async def test_an_unexpected_error_logs_the_path_without_an_invitation_token(
+        app: App, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Quart's own handler logged ``Exception on request GET /dashboard/invite/
+    <the token>``: a token that opens an account, in the log. Now the path is
+    logged as the access log has it, and the page is the dashboard's 500."""
+    def broken(store: object, token_hash: bytes) -> None:
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(accounts, "find_invite", broken)
+    import base64
+
+    secret = base64.urlsafe_b64encode(bytes(range(32))).decode().rstrip("=")
+    async with browser(app) as b:
+        r = await b.get(f"/dashboard/invite/{secret}")
+    assert r.status_code == 500 and "Something went wrong" in r.text
+    logged = "\n".join(rec.getMessage() for rec in caplog.records)
+    assert "/dashboard/invite/<token>" in logged and secret not in logged
+    assert "simulated bug" in caplog.text  # the traceback is kept

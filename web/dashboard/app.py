@@ -10,10 +10,11 @@ of the dashboard is a view module with a ``register(dash)`` function listed in
 
 from __future__ import annotations
 
+import logging
 from types import ModuleType
 from typing import Any
 
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
@@ -35,7 +36,10 @@ from web.dashboard import (
     views_workspace,
 )
 from web.dashboard.context import Dashboard, fmt_date, fmt_time, roles_text
+from web.logs import loggable
 from web.services import Services
+
+log = logging.getLogger("svc.dashboard")
 
 VIEW_MODULES: tuple[ModuleType, ...] = (
     views_auth, views_workspace, views_sdk, views_keys, views_team, views_billing,
@@ -79,5 +83,14 @@ def create_dashboard(services: Services) -> Any:
         if code == 405 and getattr(e, "valid_methods", None):
             resp.headers["Allow"] = ", ".join(e.valid_methods)  # type: ignore[attr-defined]
         return resp
+
+    @app.errorhandler(Exception)
+    async def unexpected(e: Exception) -> Response:
+        # Quart's own handler logs the raw path: an invitation's token, or a
+        # decoded %0a forging a log line. The path as the access log has it.
+        log.error("%s on %s %s", type(e).__name__, request.method, loggable(request.path),
+                  exc_info=e)
+        return await dash.error(await dash.viewer(), 500, "Something went wrong",
+                                "The service hit an internal error. Try again in a moment.")
 
     return app

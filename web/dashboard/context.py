@@ -41,6 +41,7 @@ from web.dashboard.form_once import FormOnce, fields_digest
 from web.dashboard.formats import utc
 from web.dashboard.nav import DEFAULT_NAV, NavEntry, grouped
 from web.dashboard.throttle import SignInThrottle
+from web.logs import loggable
 from web.services import Services
 
 SESSION_COOKIE = "svc_session"
@@ -326,7 +327,8 @@ class Dashboard:
                                     "The service could not store this change right now. "
                                     "Try again in a moment.", retry_after=e.retry_after)
         if not isinstance(e, CallerError):
-            log.error("%s on %s %s: %s", type(e).__name__, request.method, request.path, e)
+            log.error("%s on %s %s: %s", type(e).__name__, request.method,
+                      loggable(request.path), e)
         if isinstance(e, CallerError):
             return await self.error(viewer, e.status, _TITLES.get(e.status, "Not possible"),
                                     e.message, retry_after=getattr(e, "retry_after", None))
