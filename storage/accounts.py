@@ -169,8 +169,17 @@ async def accept_invite(store: LmdbStore, token_hash: bytes, now_ms: int, *,
             raise Conflict("this invitation is for another account")
         else:
             user_id = existing_user_id
-        txn.delete(token_hash, db=invites)
         members = _members(store, txn, invite.org_id)
+        # The inviter must still be allowed to send it: an admin removed (or
+        # made a developer) since would otherwise go on granting the role.
+        inviter = next((m for m in members if m.user_id == invite.invited_by), None)
+        try:
+            roles.check_invite(inviter.role if inviter is not None else None, invite.role)
+        except Forbidden:
+            raise Gone("this invitation was withdrawn: the person who sent it can no "
+                       "longer invite to this role; ask an owner or admin for a new one"
+                       ) from None
+        txn.delete(token_hash, db=invites)
         if any(m.user_id == user_id for m in members):
             return Accepted(invite, user_id, joined=False)
         org = _org(store, txn, invite.org_id)

@@ -112,8 +112,9 @@ def who_may(action: Action) -> list[Role]:
     return [r for r in Role if r in MATRIX[action]]
 
 
-def check_invite(actor: Role, role: Role) -> None:
-    """An invitation with ``role`` sent by someone with ``actor``'s role."""
+def check_invite(actor: Role | None, role: Role) -> None:
+    """An invitation with ``role`` sent by someone with ``actor``'s role (None: no
+    longer a member)."""
     if not allows(actor, Action.TEAM_MANAGE):
         raise Forbidden("only owners and admins manage the team")
     if role is Role.OWNER and actor is not Role.OWNER:

@@ -416,3 +416,25 @@ async def test_an_unexpected_error_logs_the_path_without_an_invitation_token(
     logged = "\n".join(rec.getMessage() for rec in caplog.records)
     assert "/dashboard/invite/<token>" in logged and secret not in logged
     assert "simulated bug" in caplog.text  # the traceback is kept
+
+
+async def test_an_invitation_goes_with_its_sender_s_right_to_send_it(app: App) -> None:
+    """An admin invites an address as admin, then is removed: the link went on
+    granting the admin role for its whole life. Now it is refused (410) once
+    its sender may no longer send it, and nothing is created."""
+    store = app.services.store
+    admin = await add_user(app, "ada@example.com", Role.ADMIN)
+    a = await signed_in(app, admin)
+    page = await a.post("/dashboard/settings/team/invite",
+                        {"email": "eve@example.com", "role": "admin"})
+    path = "/dashboard/invite/" + page.text.split("/dashboard/invite/")[1].split('"')[0]
+    await a.aclose()
+    await accounts.remove_member(store, app.org_id, Role.OWNER, admin.id)
+    async with browser(app) as c:
+        form = await c.get(path)
+        refused = await c.post(path, data={"csrf": csrf_of(form.text),
+                                           "password": "eve-password-123",
+                                           "confirm": "eve-password-123"})
+    assert refused.status_code == 410 and "withdrawn" in refused.text
+    assert store.find_user("eve@example.com") is None
+    assert all(mb.user_id != admin.id for mb in store.members_of(app.org_id))
