@@ -196,11 +196,14 @@ async def accept_invite(store: LmdbStore, token_hash: bytes, now_ms: int, *,
 # -- team -------------------------------------------------------------------------
 
 async def change_role(store: LmdbStore, org_id: str, actor: Role, user_id: str,
-                      new_role: Role) -> Membership:
-    """Give a member ``new_role`` under the team rules of svc_engine.roles."""
+                      new_role: Role, *, actor_id: str | None = None) -> Membership:
+    """Give a member ``new_role`` under the team rules of svc_engine.roles.
+    ``actor_id``: the acting member, whose role is read in the write (a role
+    read before it may have changed since: an admin demoted meanwhile)."""
 
     def op(txn: lmdb.Transaction) -> Membership:
-        target = roles.check_role_change(_members(store, txn, org_id), actor, user_id,
+        members = _members(store, txn, org_id)
+        target = roles.check_role_change(members, _acting(members, actor, actor_id), user_id,
                                          new_role)
         changed = attrs.evolve(target, role=new_role)
         _put_member(store, txn, changed)
@@ -209,11 +212,14 @@ async def change_role(store: LmdbStore, org_id: str, actor: Role, user_id: str,
     return await store.write(op)  # type: ignore[no-any-return]
 
 
-async def remove_member(store: LmdbStore, org_id: str, actor: Role, user_id: str) -> Membership:
-    """Remove a member under the team rules of svc_engine.roles."""
+async def remove_member(store: LmdbStore, org_id: str, actor: Role, user_id: str, *,
+                        actor_id: str | None = None) -> Membership:
+    """Remove a member under the team rules of svc_engine.roles (``actor_id``:
+    as for :func:`change_role`)."""
 
     def op(txn: lmdb.Transaction) -> Membership:
-        target = roles.check_removal(_members(store, txn, org_id), actor, user_id)
+        members = _members(store, txn, org_id)
+        target = roles.check_removal(members, _acting(members, actor, actor_id), user_id)
         o, u = layout.uid(org_id), layout.uid(user_id)
         txn.delete(o + u, db=store.db(b"members"))
         txn.delete(u + o, db=store.db(b"members_by_user"))
@@ -225,6 +231,13 @@ async def remove_member(store: LmdbStore, org_id: str, actor: Role, user_id: str
 # -- usage --------------------------------------------------------------------------
 
 # -- plumbing -------------------------------------------------------------------------
+
+def _acting(members: list[Membership], actor: Role, actor_id: str | None) -> Role | None:
+    """The acting member's role as the write reads it (None: no longer one)."""
+    if actor_id is None:
+        return actor
+    return next((m.role for m in members if m.user_id == actor_id), None)
+
 
 def _members(store: LmdbStore, txn: lmdb.Transaction, org_id: str) -> list[Membership]:
     prefix = layout.uid(org_id)

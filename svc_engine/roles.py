@@ -121,7 +121,7 @@ def check_invite(actor: Role | None, role: Role) -> None:
         raise Forbidden("only an owner can invite another owner")
 
 
-def check_role_change(members: Sequence[Membership], actor: Role, target_user_id: str,
+def check_role_change(members: Sequence[Membership], actor: Role | None, target_user_id: str,
                       new_role: Role) -> Membership:
     """Validate giving ``target_user_id`` the role ``new_role``; returns the target."""
     if not allows(actor, Action.TEAM_MANAGE):
@@ -135,7 +135,7 @@ def check_role_change(members: Sequence[Membership], actor: Role, target_user_id
     return target
 
 
-def check_removal(members: Sequence[Membership], actor: Role,
+def check_removal(members: Sequence[Membership], actor: Role | None,
                   target_user_id: str) -> Membership:
     """Validate removing ``target_user_id`` from the organization; returns the target."""
     if not allows(actor, Action.TEAM_MANAGE):

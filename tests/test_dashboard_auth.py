@@ -17,6 +17,7 @@ from actors.clock import TrioWallClock
 from storage import accounts
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
+from svc_engine.errors import Forbidden
 from svc_engine.plans import Plan
 from svc_engine.records import Role
 from svc_engine.sessions import ABSOLUTE_MS, IDLE_MS
@@ -438,3 +439,20 @@ async def test_an_invitation_goes_with_its_sender_s_right_to_send_it(app: App) -
     assert refused.status_code == 410 and "withdrawn" in refused.text
     assert store.find_user("eve@example.com") is None
     assert all(mb.user_id != admin.id for mb in store.members_of(app.org_id))
+
+
+async def test_a_team_change_is_judged_on_the_actor_s_role_at_the_write(app: App) -> None:
+    """The role was read when the request began: an admin's change sent while
+    an owner demoted that admin still went through. Now the acting member's
+    role is read in the write that makes the change."""
+    store = app.services.store
+    admin = await add_user(app, "ada@example.com", Role.ADMIN)
+    dev = await add_user(app, "dev@example.com", Role.DEVELOPER)
+    await accounts.change_role(store, app.org_id, Role.OWNER, admin.id, Role.MARKETER)
+    with pytest.raises(Forbidden):  # stale: the request had read "admin"
+        await accounts.change_role(store, app.org_id, Role.ADMIN, dev.id, Role.ADMIN,
+                                   actor_id=admin.id)
+    with pytest.raises(Forbidden):
+        await accounts.remove_member(store, app.org_id, Role.ADMIN, dev.id, actor_id=admin.id)
+    roles = {mb.user_id: mb.role for mb in store.members_of(app.org_id)}
+    assert roles[dev.id] is Role.DEVELOPER

@@ -126,7 +126,8 @@ def register(dash: Dashboard) -> None:
         assert viewer.org is not None and viewer.role is not None
         try:
             role = parse_role((await request.form).get("role", ""))
-            await accounts.change_role(dash.store, viewer.org.id, viewer.role, user_id, role)
+            await accounts.change_role(dash.store, viewer.org.id, viewer.role, user_id, role,
+                                       actor_id=viewer.user.id)
         except CallerError as e:
             return await team_page(viewer, status=e.status, error=e.message)
         return see_other(url_for("team", done="role-changed"))
@@ -136,7 +137,8 @@ def register(dash: Dashboard) -> None:
     async def remove_member(viewer: Viewer, user_id: str) -> ResponseReturnValue:
         assert viewer.org is not None and viewer.role is not None
         try:
-            await accounts.remove_member(dash.store, viewer.org.id, viewer.role, user_id)
+            await accounts.remove_member(dash.store, viewer.org.id, viewer.role, user_id,
+                                         actor_id=viewer.user.id)
         except CallerError as e:
             return await team_page(viewer, status=e.status, error=e.message)
         if user_id == viewer.user.id:
