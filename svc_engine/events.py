@@ -41,6 +41,10 @@ from svc_engine.keys import Mode
 
 PROJECT_SCOPE = "*"
 REVENUE_MAX = decimal.Decimal(10) ** 12
+REVENUE_PLACES = 18
+"""Decimal places a revenue amount may have: with at most 10^12 an amount,
+totals of billions of them keep every digit in the 60 of ``_DECIMAL`` (an
+amount such as 1e-70 made the sum round, no longer exact)."""
 UNKNOWN = "unknown"
 
 CounterKey = tuple[str, str, str, str, str]
@@ -129,7 +133,8 @@ def revenue(properties: Mapping[str, object]) -> tuple[str, decimal.Decimal] | N
     if isinstance(amount, bool) or not isinstance(amount, int | float):
         return None
     value = decimal.Decimal(amount if isinstance(amount, int) else repr(amount))
-    if not value.is_finite() or abs(value) > REVENUE_MAX:
+    if (not value.is_finite() or abs(value) > REVENUE_MAX
+            or value.as_tuple().exponent < -REVENUE_PLACES):  # type: ignore[operator]
         return None
     return currency, value
 

@@ -290,6 +290,27 @@ async def test_without_a_scheme_the_page_s_open_button_is_a_marked_universal_lin
     assert f'href="{marked}"' in await tap(app, f"{ln['slug']}?svc_open=landing", IOS_UA)
 
 
+async def test_the_page_s_own_button_reloading_it_is_not_another_click(app: App) -> None:
+    """Without a custom scheme the 'Continue in app' button is the short link
+    marked ``svc_open=landing``, which may just load the page again (SPEC.md):
+    each press was counted as another click (and another window entry)."""
+    no_scheme = {"ios": {k: v for k, v in PLATFORMS["ios"].items() if k != "scheme"},
+                 "android": PLATFORMS["android"]}
+    async with app.client("sk_test") as c:
+        assert (await c.patch("/v1/platforms", json=no_scheme)).status_code == 200
+    await setup(app, iosLandingPage=True, probabilisticMatching=True)
+    ln = await link(app)
+    page = await tap(app, ln["slug"], IOS_UA)
+    assert f"{ln['slug']}?svc_open=landing" in page
+    again = await tap(app, f"{ln['slug']}?svc_open=landing", IOS_UA)
+    assert "svc_open=landing" in again  # the same page
+    await app.flush()
+    async with app.client("sk_test") as c:
+        counted = (await c.get(f"/v1/analytics/links/{ln['id']}")).json()
+    assert counted["clicks"]["total"] == 1, counted
+    assert len(app.services.store.scan(b"click_window", b"")) == 1
+
+
 async def test_resolve_universal_and_app_links_and_unknown(app: App) -> None:
     await setup(app)
     ln = await link(app)

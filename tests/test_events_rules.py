@@ -97,6 +97,9 @@ def test_property_split_duplicates(ids: list[str], stored: set[str]) -> None:
     ({"revenue": -5.5, "currency": "USD"}, ("USD", Decimal("-5.5"))),  # a refund
     ({"revenue": 1e12, "currency": "USD"}, ("USD", Decimal("1e12"))),
     ({"revenue": 1e-7, "currency": "USD"}, ("USD", Decimal("1e-7"))),
+    ({"revenue": 1e-18, "currency": "USD"}, ("USD", Decimal("1e-18"))),
+    ({"revenue": 1e-19, "currency": "USD"}, None),  # more places than a sum keeps exactly
+    ({"revenue": 1e-70, "currency": "USD"}, None),
     ({"revenue": 1e12 + 1, "currency": "USD"}, None),
     ({"revenue": float("inf"), "currency": "USD"}, None),
     ({"revenue": float("nan"), "currency": "USD"}, None),
@@ -123,6 +126,10 @@ def test_revenue_sums_without_float_drift() -> None:
         total = add_amount(total, found[1])
     assert total == "0.3"
     assert 0.1 + 0.2 != 0.3  # what the float sum would have given
+    # the finest amount kept, added to the largest, stays exact
+    tiny, big = revenue({"revenue": 1e-18, "currency": "USD"}), Decimal(10) ** 21
+    assert tiny is not None
+    assert add_amount(str(big), tiny[1]) == "1000000000000000000000.000000000000000001"
 
 
 _AMOUNTS = st.lists(st.one_of(

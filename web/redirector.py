@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pathlib
 
+import attrs
 import jinja2
 
 from svc_engine.attribution import ClickWindowEntry, Token
@@ -19,6 +20,7 @@ from svc_engine.errors import MethodNotAllowed, StorageUnavailable
 from svc_engine.ids import new_id
 from svc_engine.links import Link
 from svc_engine.redirect import (
+    LANDING_MARK,
     Client,
     Decision,
     GonePage,
@@ -47,6 +49,8 @@ _CSP = (b"content-security-policy",
         b"base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
+_LANDING_MARK = LANDING_MARK.encode()
+
 class Redirector:
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -72,6 +76,12 @@ class Redirector:
                         is_bot=facts.is_bot)
         decision = decide(link, client, method="GET" if req.method == "GET" else "HEAD",
                           settings=settings, platforms=platforms, now_ms=now)
+        if (decision.record_click and not decision.needs_token
+                and _LANDING_MARK in req.query_string):
+            # The 'Continue in app' page's own button (no custom scheme) or app
+            # banner, which may just load the page again: the tap that showed
+            # the page was counted, this is not another click.
+            decision = attrs.evolve(decision, record_click=False, record_window_entry=False)
         token = None
         if isinstance(outcome := decision.outcome, Redirect) and decision.needs_token:
             token = Token.issue(services.random(24), link_id=link.id, mode=link.mode,
