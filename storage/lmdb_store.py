@@ -20,7 +20,7 @@ from storage.codec import decode, encode
 from storage.data_file import RESTORE, cut_short
 from storage.decode_cache import DecodeCache
 from storage.file_ahead import FileAhead
-from storage.schema import migrate
+from storage.schema import migrate, refuse_older
 from storage.writer import Op, Pending, Writer, after_commit
 from svc_engine.config import DEFAULT_MAP_SIZE
 from svc_engine.deadlines import Deadline
@@ -42,7 +42,10 @@ from svc_engine.store import IdemWrite, Store
 
 class LmdbStore:
     def __init__(self, path: str, *, map_size: int = DEFAULT_MAP_SIZE, readonly: bool = False,
-                 inline_commit: bool = False):
+                 inline_commit: bool = False, upgrade: bool = True):
+        """``upgrade``: migrate an older data dir to this svc's schema (``svc
+        serve``); otherwise such a dir is refused, unchanged (SchemaTooOld).
+        ``readonly``: no migration, no database created, no writes."""
         os.makedirs(path, exist_ok=True)
         self.path = path
         if (why := cut_short(path)) is not None:
@@ -74,12 +77,22 @@ class LmdbStore:
                 except lmdb.NotFoundError:
                     continue
         else:
+            if not upgrade:
+                try:
+                    refuse_older(self.env)
+                except Exception:
+                    self.env.close()
+                    raise
             with self.env.begin(write=True) as txn:
                 for name in layout.DATABASES:
                     self._db[name] = self.env.open_db(name, txn=txn)
             if self._ahead is not None:
                 self._ahead.prepare()  # before a migration grows the store
-            migrate(self.env, self._db)
+            try:
+                migrate(self.env, self._db, upgrade=upgrade)
+            except Exception:
+                self.env.close()
+                raise
             self.env.sync(True)  # metasync is off: the writer's docstring says why
         self.writer = Writer(self.env, inline=inline_commit, ahead=self._ahead)
         self.cache = DecodeCache()

@@ -19,6 +19,7 @@ import cbor2
 import lmdb
 
 from storage import install_rows, layout
+from svc_engine.errors import StoreSchema
 
 SCHEMA_VERSION = 11
 _KEY = b"schema_version"
@@ -279,8 +280,33 @@ MIGRATIONS: dict[int, Migration] = {
 }
 
 
-class SchemaTooNew(RuntimeError):
-    pass
+class SchemaTooNew(StoreSchema):
+    """The data dir was written by a newer svc."""
+
+
+class SchemaTooOld(StoreSchema):
+    """The data dir needs an upgrade this command does not make."""
+
+
+def refuse_older(env: lmdb.Environment) -> None:
+    """SchemaTooOld for a data dir older than this svc's schema, read before
+    anything is created in it (a command that does not upgrade leaves it as
+    it was); a new dir, or one of this schema or newer, passes."""
+    try:
+        meta = env.open_db(b"meta", create=False)
+    except lmdb.NotFoundError:
+        return
+    with env.begin() as txn:
+        current = stored_version(txn, meta)
+    if current is not None and current < SCHEMA_VERSION:
+        raise _too_old(current)
+
+
+def _too_old(current: int) -> SchemaTooOld:
+    return SchemaTooOld(
+        f"data dir has schema {current}, this svc uses {SCHEMA_VERSION}: `svc serve` "
+        "upgrades it at start; this command does not change it (`svc backup` copies it as "
+        "it is: take one first)")
 
 
 def stored_version(txn: lmdb.Transaction, meta: Any) -> int | None:
@@ -288,8 +314,9 @@ def stored_version(txn: lmdb.Transaction, meta: Any) -> int | None:
     return int(bytes(raw).decode()) if raw is not None else None
 
 
-def migrate(env: lmdb.Environment, dbs: Databases) -> int:
-    """Bring the data dir to ``SCHEMA_VERSION`` (a new one is stamped with it)."""
+def migrate(env: lmdb.Environment, dbs: Databases, *, upgrade: bool = True) -> int:
+    """Bring the data dir to ``SCHEMA_VERSION`` (a new one is stamped with it).
+    Not ``upgrade``: an older data dir is refused (SchemaTooOld), not changed."""
     meta = dbs[b"meta"]
     with env.begin(write=True) as txn:
         current = stored_version(txn, meta)
@@ -300,6 +327,8 @@ def migrate(env: lmdb.Environment, dbs: Databases) -> int:
         raise SchemaTooNew(
             f"data dir has schema {current}, this svc knows up to {SCHEMA_VERSION}: upgrade svc"
         )
+    if current < SCHEMA_VERSION and not upgrade:
+        raise _too_old(current)
     while current < SCHEMA_VERSION:
         version = current + 1
         with env.begin(write=True) as txn:

@@ -8,6 +8,7 @@ Precedence: command-line flag, then environment variable, then default.
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -37,11 +38,17 @@ service refuses to start and says so (storage/lmdb_store.py)."""
 
 
 def _size(v: str) -> int:
+    """A size in bytes, with an optional K, M, G or T (or KiB...) suffix. A
+    ValueError for anything else, ``inf`` and ``nan`` too (the range check
+    then bounds it: ``_RANGES``)."""
     s = v.strip().upper()
     for suffix, mult in (("TIB", 1 << 40), ("GIB", 1 << 30), ("MIB", 1 << 20), ("KIB", 1 << 10),
                          ("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if s.endswith(suffix):
-            return int(float(s[: -len(suffix)]) * mult)
+            number = float(s[: -len(suffix)])
+            if not math.isfinite(number):
+                raise ValueError(f"not a size: {v!r}")
+            return int(number * mult)
     return int(s)
 
 
@@ -166,14 +173,22 @@ class Config:
         scheme = "https" if self.certfile else "http"
         return f"{scheme}://{self.host}:{self.port}"
 
+    @property
+    def dashboard_url(self) -> str:
+        """The dashboard: at the public origin's root whatever the public URL's
+        path (its pages, forms and cookie name /dashboard), so a proxy serving
+        the API and links under a path routes /dashboard at the root too."""
+        parts = urlsplit(self.base_url)
+        return f"{parts.scheme}://{parts.netloc}/dashboard"
+
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _RANGES: dict[str, tuple[float, float | None]] = {
-    "port": (0, 65535), "map_size": (1 << 20, None), "max_body_bytes": (1, None),
+    "port": (0, 65535), "map_size": (1 << 20, 1 << 50), "max_body_bytes": (1, 1 << 40),
     "max_in_flight": (1, None), "max_lag_ms": (0, None), "max_connections": (1, None),
     "body_timeout_s": (1, None), "rate_limit_per_client": (0, None),
     "rate_limit_per_key": (0, None), "event_retention_days": (0, None),
-    "shutdown_grace_s": (0, None), "webhook_retry_scale": (1e-6, None),
+    "shutdown_grace_s": (0, None), "webhook_retry_scale": (1e-6, 1e3),
 }
 """The values a number setting may take (inclusive; None: no upper bound)."""
 

@@ -37,8 +37,11 @@ three branches, and which branch an error is on decides who sees it::
         │   ├── StoreFull              the LMDB map is full (see README: SVC_MAP_SIZE)
         │   ├── MapUnavailable         the map (SVC_MAP_SIZE) cannot be reserved at
         │   │                          open: a command refuses to start, saying why
-        │   └── StoreDamaged           data.mdb is shorter than its store (cut short):
-        │                              a command refuses to open it, saying why
+        │   ├── StoreDamaged           data.mdb is shorter than its store (cut short):
+        │   │                          a command refuses to open it, saying why
+        │   └── StoreSchema            the data dir's schema is newer than this svc
+        │                              knows, or older and the command does not
+        │                              upgrade it (only `svc serve` does)
         ├── Overloaded             503 overloaded: admission limit reached
         └── ActorFailed            the owning actor crashed while serving the request
 
@@ -239,6 +242,13 @@ class StoreDamaged(StorageUnavailable):
     """``data.mdb`` is shorter than the store its newest commit describes;
     LMDB would die of SIGBUS reading past its end (storage/data_file.py).
     Raised before the file is mapped, never to a request."""
+
+
+class StoreSchema(StorageUnavailable):
+    """The data dir's schema is not this svc's: newer (an older svc after an
+    upgrade: refused, never misread), or older and the command is not the one
+    that upgrades it (``svc serve``), so a backup taken before an upgrade is
+    the store as it was. Raised before anything is served, never to a request."""
 
 
 class Overloaded(InternalError):

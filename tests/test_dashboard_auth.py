@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.testing
 
 from actors.clock import TrioWallClock
 from storage import accounts
@@ -217,6 +218,19 @@ async def test_behind_a_proxy_the_throttle_counts_per_forwarded_client(
             assert await attempt(f"u{n}@example.com", "wrong-password", "203.0.113.7") == 400
         assert await attempt("x@example.com", "wrong-password", "203.0.113.7") == 429
         assert await attempt(OWNER_EMAIL, password_of(app), "198.51.100.20") == 303
+
+        async def two_lines(email: str, client: str) -> int:
+            # A proxy that adds a line of its own (HAProxy's forwardfor): the
+            # client's forged line comes first, and the dashboard read it.
+            r = await c.post("/dashboard/sign-in",
+                             data={"csrf": token, "email": email, "password": "wrong"},
+                             headers=[("x-forwarded-for", f"10.8.0.{next(tries)}"),
+                                      ("x-forwarded-for", client)])
+            return r.status_code
+
+        for n in range(20):
+            assert await two_lines(f"v{n}@example.com", "203.0.113.8") == 400
+        assert await two_lines("y@example.com", "203.0.113.8") == 429
 
 
 async def test_invitation_for_a_new_account(app: App) -> None:
@@ -456,3 +470,36 @@ async def test_a_team_change_is_judged_on_the_actor_s_role_at_the_write(app: App
         await accounts.remove_member(store, app.org_id, Role.ADMIN, dev.id, actor_id=admin.id)
     roles = {mb.user_id: mb.role for mb in store.members_of(app.org_id)}
     assert roles[dev.id] is Role.DEVELOPER
+
+
+async def test_a_dashboard_body_gets_svc_body_timeout_not_quart_s(
+        store: LmdbStore, config: Config, autojump_clock: trio.testing.MockClock) -> None:
+    """SVC_BODY_TIMEOUT applied to the API only: a dashboard form whose body
+    stopped half way held its request for Quart's own 60 seconds."""
+    quick = attrs.evolve(config, body_timeout_s=1)
+    async with running_app(store, quick, TrioWallClock()) as app:
+        sent: list[dict[str, Any]] = []
+        parts = iter([{"type": "http.request", "body": b"csrf=x&email=", "more_body": True}])
+
+        async def receive() -> dict[str, Any]:
+            part = next(parts, None)
+            if part is None:
+                await trio.sleep_forever()  # the rest never comes
+            assert part is not None
+            return part
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": "/dashboard/sign-in",
+                 "raw_path": b"/dashboard/sign-in", "query_string": b"", "root_path": "",
+                 "headers": [(b"host", b"svc.test"), (b"content-length", b"100"),
+                             (b"content-type", b"application/x-www-form-urlencoded")],
+                 "client": ("127.0.0.1", 5000), "server": ("svc.test", 80)}
+        start = trio.current_time()
+        with trio.move_on_after(30):
+            await app.front(scope, receive, send)
+        took = trio.current_time() - start
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    assert status == 408 and took < 5, (status, took)

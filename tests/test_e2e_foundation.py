@@ -301,3 +301,60 @@ def test_doctor_warns_when_the_map_is_nearly_full(tmp_path: os.PathLike[str]) ->
     checks = {f["check"]: f for f in json.loads(out.stdout)}
     assert checks["map space"]["verdict"] in ("warn", "fail")
     assert "SVC_MAP_SIZE" in checks["map space"]["remedy"]
+
+
+def _schema_of(data_dir: str) -> int:
+    import lmdb
+
+    env = lmdb.open(data_dir, max_dbs=128, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            raw = txn.get(b"schema_version", db=env.open_db(b"meta", txn=txn, create=False))
+        assert raw is not None
+        return int(bytes(raw))
+    finally:
+        env.close()
+
+
+def _set_schema(data_dir: str, version: int) -> None:
+    import lmdb
+
+    env = lmdb.open(data_dir, max_dbs=128)
+    try:
+        with env.begin(write=True) as txn:
+            txn.put(b"schema_version", str(version).encode(),
+                    db=env.open_db(b"meta", txn=txn))
+    finally:
+        env.close()
+
+
+def test_only_serve_upgrades_a_data_dir_and_a_newer_one_is_refused_in_one_line(
+        tmp_path: os.PathLike[str], server_factory: type[ServerProcess]) -> None:
+    """Every command migrated the data dir in place, so a backup taken after
+    installing a new svc ("take a backup first") was already upgraded, and a
+    newer dir was refused with a traceback. Now only ``svc serve`` upgrades;
+    the others refuse an older dir unchanged, ``svc backup`` copies it as it
+    is, and a newer one is one line."""
+    from storage.schema import SCHEMA_VERSION
+
+    data = os.path.join(str(tmp_path), "d")
+    info = json.loads(_cli(data, "bootstrap", "--json").stdout)
+    older = SCHEMA_VERSION - 1
+    _set_schema(data, older)
+    listed = _cli(data, "keys", "list", "--project", info["projectId"])
+    assert listed.returncode == 2 and "Traceback" not in listed.stderr
+    assert f"data dir has schema {older}" in listed.stderr and "svc serve" in listed.stderr
+    dest = os.path.join(str(tmp_path), "before-upgrade")
+    assert _cli(data, "backup", dest).returncode == 0
+    assert _schema_of(data) == older and _schema_of(dest) == older
+    _set_schema(data, SCHEMA_VERSION + 1)
+    for done in (_cli(data, "keys", "list", "--project", info["projectId"]),
+                 subprocess.run([sys.executable, "-m", "web.cli", "serve", "--data", data,
+                                 "--port", "0"], capture_output=True, text=True, timeout=60,
+                                check=False)):
+        assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
+        assert "this svc knows up to" in done.stderr
+    _set_schema(dest, older)
+    upgraded = server_factory(dest, bootstrap=False).start()  # serve upgrades it
+    upgraded.stop()
+    assert _schema_of(dest) == SCHEMA_VERSION

@@ -107,6 +107,10 @@ def test_config_precedence_and_parsing() -> None:
     ({"SVC_PUBLIC_URL": "notaurl"}, "SVC_PUBLIC_URL"),
     ({"SVC_PUBLIC_URL": "ftp://go.example.com"}, "SVC_PUBLIC_URL"),
     ({"SVC_PUBLIC_URL": "https://go.example.com:99999"}, "SVC_PUBLIC_URL"),
+    ({"SVC_MAP_SIZE": "infG"}, "SVC_MAP_SIZE"),  # an OverflowError traceback, once
+    ({"SVC_MAP_SIZE": "nanT"}, "SVC_MAP_SIZE"),
+    ({"SVC_MAP_SIZE": "1e9T"}, "SVC_MAP_SIZE"),  # past what LMDB can take
+    ({"SVC_WEBHOOK_RETRY_SCALE": "inf"}, "SVC_WEBHOOK_RETRY_SCALE"),
     ({"SVC_WEBHOOK_ALLOW_CIDRS": "10.0.0.0/8,notacidr"}, "SVC_WEBHOOK_ALLOW_CIDRS"),
 ])
 def test_a_value_a_setting_cannot_take_is_refused_naming_it(env: dict[str, str],
@@ -183,3 +187,15 @@ def test_error_tree_statuses() -> None:
         assert (cls.status, cls.code) == (status, code), cls
     assert issubclass(errors.StoreFull, errors.InternalError)
     assert not issubclass(errors.RemoteError, errors.CallerError)
+
+
+def test_the_dashboard_is_at_the_public_origin_s_root() -> None:
+    """With a path in SVC_PUBLIC_URL (a proxy serving the API and links under
+    it) the dashboard's pages, forms and cookie still name /dashboard at the
+    root: `svc serve` printed, and invitations linked, /go/dashboard, where
+    none of it worked."""
+    cfg = config_mod.load({"SVC_PUBLIC_URL": "https://example.com/go/"}, {})
+    assert cfg.base_url == "https://example.com/go"
+    assert cfg.dashboard_url == "https://example.com/dashboard"
+    plain = config_mod.load({"SVC_PORT": "9000"}, {})
+    assert plain.dashboard_url == "http://127.0.0.1:9000/dashboard"

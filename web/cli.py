@@ -53,18 +53,27 @@ def _config(args: argparse.Namespace) -> config_mod.Config:
 
 
 def _with_store(cfg: config_mod.Config, fn: Callable[[LmdbStore], Awaitable[Any]], *,
-                create: bool = False) -> Any:
+                create: bool = False, readonly: bool = False) -> Any:
     """Run ``fn`` with the data dir's store open and its writer running. Only
     ``create`` (bootstrap) may start a store where none is: a mistyped
     ``--data`` must not answer "no keys" or back up an empty store. An
     SvcError comes out alone, not inside the nursery's exception group, so
-    ``main`` prints its one line."""
+    ``main`` prints its one line. No command but ``svc serve`` upgrades a
+    data dir (an older one is refused, unchanged: SchemaTooOld), so a backup
+    taken after installing a new svc is the store as it was. ``readonly``:
+    nothing is written or created (no writer: ``svc backup``)."""
     if not create and not os.path.exists(os.path.join(cfg.data_dir, "data.mdb")):
         raise NotFound(f"no svc data in {cfg.data_dir} (check --data or SVC_DATA_DIR; "
                        "`svc bootstrap` or `svc serve` makes a new one)")
 
     async def main() -> Any:
-        store = LmdbStore(cfg.data_dir, map_size=cfg.map_size)
+        store = LmdbStore(cfg.data_dir, map_size=cfg.map_size, upgrade=False,
+                          readonly=readonly)
+        if readonly:
+            try:
+                return await fn(store)
+            finally:
+                store.close()
         try:
             async with trio.open_nursery() as n:
                 await n.start(store.writer.run)
@@ -215,7 +224,7 @@ def cmd_backup(args: argparse.Namespace) -> None:
         await store.backup(args.dest)
         return {"backup": args.dest}
 
-    _print(_with_store(cfg, go))
+    _print(_with_store(cfg, go, readonly=True))
 
 
 def cmd_webhooks(args: argparse.Namespace) -> None:

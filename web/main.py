@@ -33,7 +33,7 @@ from actors.clock import Clock, SystemClock
 from actors.webhook_sender import ssl_context
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
-from svc_engine.errors import MapUnavailable, StoreDamaged, ValidationError
+from svc_engine.errors import MapUnavailable, StoreDamaged, StoreSchema, ValidationError
 from web import fd_limit, logs, malloc_arenas, serve_lock, tenancy, useragent
 from web.assembly import build_front, start_services
 from web.front import Front
@@ -150,7 +150,7 @@ async def _serve_with_store(config: Config, store: LmdbStore, clock: Clock, boot
         print(json.dumps(info, indent=2), flush=True)
         owner = info["owner"]
         assert isinstance(owner, dict)
-        print(f"svc: dashboard at {config.base_url}/dashboard (sign in as {owner['email']}"
+        print(f"svc: dashboard at {config.dashboard_url} (sign in as {owner['email']}"
               + ("" if info.get("created") else "; the password was shown on first start")
               + ")", flush=True)
     async with trio.open_nursery() as nursery:
@@ -222,7 +222,7 @@ def run(config: Config, *, bootstrap: bool = False) -> None:
         print(f"svc: {failed} (is another svc running? SVC_PORT or --port "
               "choose another port)", file=sys.stderr, flush=True)
         refused = True
-    except* (serve_lock.DataDirBusy, MapUnavailable, StoreDamaged) as group:
+    except* (serve_lock.DataDirBusy, MapUnavailable, StoreDamaged, StoreSchema) as group:
         print(f"svc: {group.exceptions[0]}", file=sys.stderr, flush=True)
         refused = True
     if refused:

@@ -53,8 +53,11 @@ def create_dashboard(services: Services) -> Any:
     """The dashboard as an ASGI app (a ``QuartTrio``); see web/front.py."""
     app = QuartTrio(__name__, static_folder="static", static_url_path="/dashboard/static",
                     template_folder="templates")
+    # BODY_TIMEOUT: SVC_BODY_TIMEOUT, as for the API (Quart's own is 60 s: a
+    # sign-in body dripped in held its connection twice as long as the setting)
     app.config.update(MAX_CONTENT_LENGTH=MAX_FORM_BYTES, MAX_FORM_MEMORY_SIZE=MAX_FORM_BYTES,
-                      SEND_FILE_MAX_AGE_DEFAULT=86_400, TEMPLATES_AUTO_RELOAD=False)
+                      SEND_FILE_MAX_AGE_DEFAULT=86_400, TEMPLATES_AUTO_RELOAD=False,
+                      BODY_TIMEOUT=services.config.body_timeout_s)
     env = app.jinja_env
     env.trim_blocks = env.lstrip_blocks = True
     env.filters.update(time=fmt_time, date=fmt_date)

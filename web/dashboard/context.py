@@ -132,14 +132,23 @@ class Dashboard:
         """The request's client, behind a proxy too (``SVC_CLIENT_IP_HEADER``),
         as the API's rate limits see it: the sign-in throttle's per-client key."""
         header = self.services.config.client_ip_header
-        return client_address(request.headers.get(header) if header else None,
-                              request.remote_addr)
+        # The last of the header's lines, as the API reads it (web/http.py): a
+        # proxy that adds a line of its own leaves the client's forged one first.
+        lines = request.headers.getlist(header) if header else []
+        return client_address(lines[-1] if lines else None, request.remote_addr)
 
     def base_url(self) -> str:
         """The public base URL: SVC_PUBLIC_URL, else the address this page came from."""
         if self.services.config.public_url:
             return self.services.config.public_url.rstrip("/")
         return str(request.host_url).rstrip("/")
+
+    def dashboard_url(self) -> str:
+        """Where the dashboard is: SVC_PUBLIC_URL's origin (not its path: the
+        dashboard is at the root, ``Config.dashboard_url``), else this page's."""
+        if self.services.config.public_url:
+            return self.services.config.dashboard_url
+        return str(request.host_url).rstrip("/") + "/dashboard"
 
     # -- route declarations ------------------------------------------------------
 

@@ -107,7 +107,7 @@ def register(dash: Dashboard) -> None:
         except CallerError as e:
             return await team_page(viewer, status=e.status, error=e.message,
                                    form_email=raw_email)
-        link = f"{dash.base_url()}/dashboard/invite/{token}"
+        link = f"{dash.dashboard_url()}/invite/{token}"
         return await team_page(viewer, invited=NewInvite(email, role, link))
 
     @dash.page("/dashboard/settings/team/invites/<invite_id>/revoke", Action.TEAM_MANAGE,
