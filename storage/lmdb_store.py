@@ -46,7 +46,9 @@ class LmdbStore:
         """``upgrade``: migrate an older data dir to this svc's schema (``svc
         serve``); otherwise such a dir is refused, unchanged (SchemaTooOld).
         ``readonly``: no migration, no database created, no writes."""
-        os.makedirs(path, exist_ok=True)
+        # Owner only: the store holds webhook signing secrets and the server
+        # secret in clear (a umask of 022 made data.mdb world-readable).
+        os.makedirs(path, mode=0o700, exist_ok=True)
         self.path = path
         if (why := cut_short(path)) is not None:
             raise StoreDamaged(f"{why}; {RESTORE}")
@@ -61,6 +63,7 @@ class LmdbStore:
                 readahead=False,
                 max_readers=512,
                 readonly=readonly,
+                mode=0o600,
             )
         except lmdb.MemoryError as e:  # ENOMEM from mmap: not the machine's memory
             raise MapUnavailable(
@@ -569,7 +572,7 @@ class LmdbStore:
     async def backup(self, dest: str) -> None:
         """A consistent compacted copy, taken from a read snapshot while serving."""
         try:
-            os.makedirs(dest, exist_ok=True)
+            os.makedirs(dest, mode=0o700, exist_ok=True)
             taken = bool(os.listdir(dest))
         except OSError as e:
             raise ValidationError(f"cannot make the backup directory {dest}: "
@@ -577,6 +580,8 @@ class LmdbStore:
         if taken:
             raise Conflict(f"backup destination {dest} is not empty")
         await trio.to_thread.run_sync(lambda: self.env.copy(dest, compact=True))
+        for name in os.listdir(dest):  # LMDB makes the copy as the umask says
+            os.chmod(os.path.join(dest, name), 0o600)
 
 
 def _idem_key(scope: str, key: str) -> bytes:

@@ -789,3 +789,27 @@ async def test_a_counter_key_lmdb_cannot_take_fails_its_op_only(store: LmdbStore
     assert raw is not None and counters.read_value(bytes(raw)) == 2
     with pytest.raises(counters.CounterKeyTooLong):
         await store.write(bad)  # outside a shared batch: the op's own error too
+
+
+async def test_the_store_and_its_backups_are_the_owner_s_alone(
+        tmp_path: os.PathLike[str]) -> None:
+    """The store holds webhook signing secrets and the server secret in clear;
+    under a umask of 022 data.mdb and every backup were world-readable."""
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        where = os.path.join(str(tmp_path), "d")
+        store = LmdbStore(where)
+        try:
+            dest = os.path.join(str(tmp_path), "copy")
+            await store.backup(dest)
+        finally:
+            store.close()
+    finally:
+        os.umask(old)
+    for path in (where, dest):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o700, path
+        for name in os.listdir(path):
+            mode = stat.S_IMODE(os.stat(os.path.join(path, name)).st_mode)
+            assert mode == 0o600, (path, name, oct(mode))
