@@ -220,6 +220,8 @@ def test_refused_commands_say_why_in_one_line_and_change_nothing(
          "svc: validation_error"),
         ((data, "user", "create", "--email", "c@example.com", "--org", nobody),
          "svc: not_found: no organization"),
+        ((data, "user", "create", "--email", "d@example.com", "--role", "admin"),
+         "svc: validation_error: --role needs --org"),  # was a user of no organization
         ((data, "backup", data), "svc: conflict: backup destination"),
         ((data, "backup", os.path.join(data, "data.mdb")), "svc: validation_error: cannot make"),
         ((missing, "keys", "list", "--project", pid), f"svc: not_found: no svc data in {missing}"),

@@ -34,7 +34,7 @@ import trio
 from actors.clock import SystemClock
 from storage.lmdb_store import LmdbStore
 from svc_engine import config as config_mod
-from svc_engine.errors import NotFound, SvcError
+from svc_engine.errors import NotFound, SvcError, ValidationError
 from svc_engine.ids import is_uuid
 from svc_engine.keys import KeyKind, Mode
 from svc_engine.plans import parse_plan
@@ -200,6 +200,10 @@ def cmd_plan(args: argparse.Namespace) -> None:
 
 def cmd_user(args: argparse.Namespace) -> None:
     cfg = _config(args)
+    if args.role and not args.org:  # it was dropped without a word: a user of no org
+        raise ValidationError("--role needs --org: the role is a membership's",
+                              field="role")
+    role = Role(args.role or Role.DEVELOPER.value)
     password = args.password or tenancy.new_password(system_random)
 
     async def go(store: LmdbStore) -> object:
@@ -210,8 +214,8 @@ def cmd_user(args: argparse.Namespace) -> None:
         if not args.password:
             out["password"] = password
         if args.org:
-            await tenancy.add_member(store, args.org, user.id, Role(args.role), _now())
-            out["organizationId"], out["role"] = args.org, args.role
+            await tenancy.add_member(store, args.org, user.id, role, _now())
+            out["organizationId"], out["role"] = args.org, role.value
         return out
 
     _print(_with_store(cfg, go))
@@ -329,7 +333,8 @@ def parser() -> argparse.ArgumentParser:
     uc.add_argument("--email", required=True)
     uc.add_argument("--password")
     uc.add_argument("--org", type=_uuid_arg)
-    uc.add_argument("--role", default="developer", choices=[r.value for r in Role])
+    uc.add_argument("--role", choices=[r.value for r in Role],
+                    help="with --org (default developer)")
     u.set_defaults(fn=cmd_user)
 
     bk = sub.add_parser("backup", help="consistent copy of the data dir, safe while serving")
