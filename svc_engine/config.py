@@ -218,6 +218,9 @@ def _check(values: Mapping[str, Any]) -> None:
         if not low <= v or (high is not None and v > high):
             bound = f"{low:g} to {high:g}" if high is not None else f"at least {low:g}"
             raise ValidationError(f"{env[name]}: {v} is not {bound}", field=env[name])
+    if not str(values["host"]).strip():  # it listened everywhere, links named ":8080"
+        raise ValidationError("SVC_HOST: empty (0.0.0.0 listens on every IPv4 address)",
+                              field="SVC_HOST")
     if values["log_level"].lower() not in _LOG_LEVELS:
         raise ValidationError(f"SVC_LOG_LEVEL: {values['log_level']!r} is not one of "
                               f"{', '.join(_LOG_LEVELS)}", field="SVC_LOG_LEVEL")

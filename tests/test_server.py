@@ -663,7 +663,14 @@ def test_the_service_says_so_when_its_port_is_taken(tmp_path: Any) -> None:
              str(tmp_path / "data")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert f"svc: cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "SVC_PORT or --port" in done.stderr
     assert "Traceback" not in done.stderr
+    # An address that is not this machine's: the hint names the host, not the port.
+    elsewhere = subprocess.run(
+        [sys.executable, "-m", "web.cli", "serve", "--port", "0", "--host", "192.0.2.1",
+         "--data", str(tmp_path / "data")], capture_output=True, text=True, timeout=60)
+    assert elsewhere.returncode == 1 and "Traceback" not in elsewhere.stderr
+    assert "SVC_HOST or --host" in elsewhere.stderr, elsewhere.stderr
 
 
 @pytest.mark.parametrize(("env", "said"), [

@@ -108,6 +108,7 @@ def test_config_precedence_and_parsing() -> None:
     ({"SVC_PUBLIC_URL": "ftp://go.example.com"}, "SVC_PUBLIC_URL"),
     ({"SVC_PUBLIC_URL": "https://go.example.com:99999"}, "SVC_PUBLIC_URL"),
     ({"SVC_MAP_SIZE": "infG"}, "SVC_MAP_SIZE"),  # an OverflowError traceback, once
+    ({"SVC_HOST": ""}, "SVC_HOST"),  # listened everywhere, links on "http://:8080"
     ({"SVC_MAP_SIZE": "nanT"}, "SVC_MAP_SIZE"),
     ({"SVC_MAP_SIZE": "1e9T"}, "SVC_MAP_SIZE"),  # past what LMDB can take
     ({"SVC_WEBHOOK_RETRY_SCALE": "inf"}, "SVC_WEBHOOK_RETRY_SCALE"),

@@ -16,6 +16,7 @@ after its write is durable, so nothing acknowledged is lost.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import json
 import logging
@@ -51,7 +52,12 @@ def _concrete_port(config: Config) -> Config:
         return config
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.bind((config.host, 0))
+        try:
+            probe.bind((config.host, 0))
+        except OSError as e:  # an unknown host, or not this machine's: one line
+            failed = ListenFailed(f"cannot listen on {config.host}:0: {e.strerror or e}")
+            failed.in_use = e.errno in (errno.EADDRINUSE, errno.EACCES)
+            raise failed from e
         port = int(probe.getsockname()[1])
     return attrs.evolve(config, port=port)
 
@@ -219,8 +225,10 @@ def run(config: Config, *, bootstrap: bool = False) -> None:
         failed: BaseException = group
         while isinstance(failed, BaseExceptionGroup):  # nested by the nurseries
             failed = failed.exceptions[0]
-        print(f"svc: {failed} (is another svc running? SVC_PORT or --port "
-              "choose another port)", file=sys.stderr, flush=True)
+        hint = ("is another svc running? SVC_PORT or --port choose another port"
+                if getattr(failed, "in_use", False) else
+                "SVC_HOST or --host names an address of this machine to listen on")
+        print(f"svc: {failed} ({hint})", file=sys.stderr, flush=True)
         refused = True
     except* (serve_lock.DataDirBusy, MapUnavailable, StoreDamaged, StoreSchema) as group:
         print(f"svc: {group.exceptions[0]}", file=sys.stderr, flush=True)

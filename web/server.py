@@ -52,7 +52,11 @@ _GONE_BEFORE_ACCEPT = {errno.ECONNABORTED, errno.EPROTO, errno.EPERM}
 
 
 class ListenFailed(OSError):
-    """The address to serve on could not be bound (in use, not allowed)."""
+    """The address to serve on could not be bound (in use, not allowed).
+    ``in_use``: the port is taken (another svc?), rather than the host
+    unknown or not this machine's."""
+
+    in_use: bool = False
 
 
 @attrs.frozen
@@ -114,8 +118,10 @@ class HttpServer:
             listeners = await trio.open_tcp_listeners(s.port, host=s.host or None,
                                                       backlog=1024)
         except OSError as e:
-            raise ListenFailed(f"cannot listen on {s.host or '*'}:{s.port}: "
-                               f"{e.strerror or e}") from e
+            failed = ListenFailed(f"cannot listen on {s.host or '*'}:{s.port}: "
+                                  f"{e.strerror or e}")
+            failed.in_use = e.errno in (errno.EADDRINUSE, errno.EACCES)
+            raise failed from e
         binds = [_bind_name(self.scheme, ln.socket.getsockname()) for ln in listeners]
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as acceptors:
