@@ -193,6 +193,13 @@ class AttributionStore:
         def op(txn: lmdb.Transaction) -> LaunchResult:
             stored = self._row(txn, install_rows.index_key(project_id, mode.value,
                                                            install.install_id))
+            this = install
+            if stored is not None and is_first_launch and stored.decision is None:
+                # Registered by a later launch's report, which came before this
+                # retry of the failed first one: no first launch was judged, so
+                # this one is (in the same row), not refused as a second.
+                this = attrs.evolve(install, created_at_ms=stored.install.created_at_ms)
+                stored = None
             if stored is not None:
                 existing = stored.install
                 if is_first_launch:
@@ -207,13 +214,13 @@ class AttributionStore:
                 return result
             decision: Matched | Unattributed | None = None
             link: Link | None = None
-            new = install
+            new = this
             if is_first_launch:
                 found = self.click_window.candidates(txn, project_id, launch, settings,
                                                      net_hash, now_ms)
                 token = self.project_token(txn, launch.referrer_token, project_id,
                                            via=VIA_STORE_REFERRER)
-                landing = self._take_landing_open(txn, project_id, mode, install.install_id)
+                landing = self._take_landing_open(txn, project_id, mode, this.install_id)
                 decision = decide_from_candidates(
                     launch, token=token,
                     network=found.network, cohort=found.cohort, settings=settings,
@@ -227,7 +234,7 @@ class AttributionStore:
                             txn.put(token.token.encode(), encode(token.consumed()),
                                     db=db[b"tokens"])
                         self.click_window.consume(txn, project_id, mode.value, decision, found)
-                        new = attrs.evolve(install, attribution=decision.attribution)
+                        new = attrs.evolve(this, attribution=decision.attribution)
                 self._count_install(txn, new, event_id, now_ms)
             # the install's time row holds its first launch's decision: no tree of its own
             judged = DecisionRecord.of(decision, now_ms) if decision is not None else None

@@ -164,12 +164,15 @@ class EventRows:
 
 
 def parse_event_rows(body: object, *, now_ms: int,
-                     encode_all: EncodeAll = encode_all_stdlib) -> EventRows:
+                     encode_all: EncodeAll = encode_all_stdlib,
+                     fast: bool = True) -> EventRows:
     """Validate a batch body (whatever the JSON decoder gave): the rows of the
     events the rules pass, and the others in ``rejected``. ValidationError for
     a bad envelope, or for the first event when every event is refused.
     ``encode_all`` measures ``properties`` (the web layer passes a faster
-    encoder with the same output)."""
+    encoder with the same output). ``fast=False``: the reference alone, for
+    a body that may hold strings that are not Unicode text (a lone UTF-16
+    surrogate, which the fast check does not look for: web/api_events.py)."""
     m = json_object(body)
     install_id = uuid4_field(m, "installId")
     items = m.get("events")
@@ -178,7 +181,7 @@ def parse_event_rows(body: object, *, now_ms: int,
     if not 1 <= len(items) <= MAX_EVENTS_PER_BATCH:
         raise ValidationError(f"events: must hold 1 to {MAX_EVENTS_PER_BATCH} events",
                               field="events")
-    rows = fast_rows(items, now_ms, encode_all)
+    rows = fast_rows(items, now_ms, encode_all) if fast else None
     if rows is not None:
         return EventRows(install_id, *rows)
     kept, rejected = _reference_rows(items, now_ms, encode_all)
@@ -236,6 +239,9 @@ def _event(item: object, index: int, encode_all: EncodeAll,
     if not 1 <= len(name) <= EVENT_NAME_MAX:
         raise ValidationError(f"events[{index}].name: must be 1 to {EVENT_NAME_MAX} characters",
                               field=f"events[{index}].name")
+    if not is_text(name):
+        raise ValidationError(f"events[{index}].name: must be Unicode text (a lone UTF-16 "
+                              "surrogate is not)", field=f"events[{index}].name")
     properties = item.get("properties")
     if properties is None:
         properties = {}
@@ -259,6 +265,16 @@ def _event(item: object, index: int, encode_all: EncodeAll,
         link_id = link_id.lower()
     assert isinstance(occurred, str)
     return event_id.lower(), name, properties, encoded, link_id, occurred_ms, occurred
+
+
+def is_text(value: str) -> bool:
+    """Whether ``value`` is Unicode text: no lone UTF-16 surrogate (which a JSON
+    ``\\ud83d`` escape gives, from an emoji cut in half), so it has a UTF-8 form."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _properties_json(value: object, encode_all: EncodeAll) -> bytes | None:

@@ -174,6 +174,37 @@ async def test_a_first_launch_retried_with_another_body_gets_the_same_link(app: 
     assert other.json()["error"]["code"] == "idempotency_key_reused"
 
 
+async def test_a_first_launch_retried_after_a_later_launch_s_report_is_judged(
+        app: App) -> None:
+    """The first launch's report failed; the next launch's own report (not a
+    first launch) reached the service before the retried one, registering the
+    install with no first launch judged. The retry was then 409
+    install_id_conflict ("already reported its first launch", which it had
+    not): the SDK made a fresh install ID and the deferred link was lost. Now
+    the retry is judged as the first launch, in the same install row."""
+    await setup(app)
+    ln = await link(app)
+    referrer = referrer_from_location(await tap(app, ln["slug"], ANDROID_UA))
+    iid = new_install()
+    later = await init(app, init_body(iid, "android", first=False),
+                       **{"idempotency-key": "launch-2"})
+    assert later == (200, {"link": None})
+    first = await init(app, init_body(iid, "android", referrer=referrer),
+                       **{"idempotency-key": "launch-1"})
+    assert first[0] == 200 and first[1]["link"]["method"] == "install_referrer"  # type: ignore[index]
+    again = await init(app, init_body(iid, "android", referrer=referrer),
+                       **{"idempotency-key": "launch-1"})
+    assert again == first
+    other = await init(app, init_body(iid, "android", referrer=referrer),
+                       **{"idempotency-key": "launch-3"})
+    assert other[0] == 409  # a first launch was judged now: another is a conflict
+    await app.flush()
+    assert len(app.services.store.scan(b"installs_by_time", b"")) == 1
+    async with app.client("sk_test") as c:
+        counted = (await c.get(f"/v1/analytics/links/{ln['id']}")).json()
+    assert counted["installs"]["total"] == 1, counted
+
+
 async def test_a_first_launch_retried_after_its_answer_was_swept_gets_the_same_link(
         app: App) -> None:
     """The SDK retries a failed first launch report on the next launch with

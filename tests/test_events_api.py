@@ -197,6 +197,35 @@ async def test_other_field_errors_name_each_bad_event(ev: Events) -> None:
     assert await ev.conversions() == 3
 
 
+async def test_an_event_with_a_lone_surrogate_is_refused_alone(ev: Events) -> None:
+    """Dart's encoder writes a string holding a lone UTF-16 surrogate (an emoji
+    cut in half by ``substring``) as a ``\\ud83d`` escape, so the SDK queues
+    such an event; orjson refused the whole body (400), and the SDK dropped
+    every event of the batch. Now the event that holds one is refused alone,
+    in its name or its properties, and the others are stored."""
+    good = [event(at=ev.at()) for _ in range(3)]
+    in_name, in_property = event("NAME", at=ev.at()), event(at=ev.at(), title="PROP")
+    body = orjson.dumps({"installId": ev.install,
+                         "events": [good[0], in_name, good[1], in_property, good[2]]})
+    body = body.replace(b"NAME", b"cut \\ud83d").replace(b"PROP", b"cut \\ud83d")
+    async with ev.app.client("pk_test", **SDK) as c:
+        r = await c.post("/v1/sdk/events", content=body)
+        alone = await c.post("/v1/sdk/events", content=orjson.dumps(
+            {"installId": ev.install, "events": [in_name]}).replace(b"NAME", b"\\udc00"))
+        constant = await c.post("/v1/sdk/events", content=orjson.dumps(
+            {"installId": ev.install, "events": [event(at=ev.at(), revenue="R")]}
+        ).replace(b'"R"', b"NaN"))
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["accepted"] == 3
+    assert [(x["index"], x["field"]) for x in answer["rejected"]] == [
+        (1, "events[1].name"), (3, "events[3].properties")]
+    assert (alone.status_code, error(alone.json())) == (400, ("validation_error",
+                                                               "events[0].name"))
+    assert constant.status_code == 400  # NaN is not JSON, whoever decodes it
+    assert sorted(await ev.exported_ids()) == sorted(e["id"] for e in good)
+
+
 async def test_an_oversize_event_is_refused_and_the_rest_of_its_batch_kept(
         ev: Events) -> None:
     """The SDK cannot measure the 8 KiB of properties; it drops a refused

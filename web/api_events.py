@@ -39,6 +39,7 @@ since the tap, and refusing would lose the event.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -147,7 +148,25 @@ OPENAPI_PATHS: dict[str, dict[str, Any]] = {
 }
 
 
-def validated(data: object, now_ms: int, body: bytes) -> tuple[str, NewEvents]:
+def lenient_json(body: bytes, refused: ValidationError) -> object:
+    """A batch body orjson refused, decoded by the standard library, which
+    takes a lone UTF-16 surrogate escape (``"\\ud83d"``: an emoji cut in half
+    by the app, which Dart's encoder writes and the SDK queues) where orjson
+    refuses the whole body. The event holding it is then refused alone, in
+    ``rejected``, and the others kept (``parse_event_rows(fast=False)``).
+    ``refused`` again when the standard library cannot decode it either."""
+    try:
+        return json.loads(body, parse_constant=_not_json)  # NaN, Infinity: not JSON
+    except (ValueError, RecursionError):
+        raise refused from None
+
+
+def _not_json(text: str) -> object:
+    raise ValueError(f"{text} is not JSON")
+
+
+def validated(data: object, now_ms: int, body: bytes, *, fast: bool = True,
+              ) -> tuple[str, NewEvents]:
     """The install id and the events of a batch body (``data``, decoded with
     orjson from ``body``; the checks bound the nesting), ready to store, the
     refused ones in ``NewEvents.rejected``; 400 on a bad envelope, on the first
@@ -161,7 +180,7 @@ def validated(data: object, now_ms: int, body: bytes) -> tuple[str, NewEvents]:
     properties without a ``+`` hold none (1 µs). Only what is kept is
     checked: a long integer in a field the batch ignores, or in an event
     refused for another rule, is not stored and refuses nothing."""
-    rows = parse_event_rows(data, now_ms=now_ms, encode_all=encode_all)
+    rows = parse_event_rows(data, now_ms=now_ms, encode_all=encode_all, fast=fast)
     if b"+" in b"".join(rows.properties_json):
         refuse_inexact(body)
     return rows.install_id, NewEvents.of(rows, received_at_ms=now_ms)
@@ -195,8 +214,14 @@ def register(api: Api) -> None:
         now = services.clock.now_ms()
         # The decoded body is not kept in this frame: it is freed before the
         # write waits for its commit (see storage.event_records.NewEvents).
-        install_id, new = validated(
-            await req.json(api.max_body, depth_checked=False, exact_checked=False), now, body)
+        try:
+            install_id, new = validated(
+                await req.json(api.max_body, depth_checked=False, exact_checked=False), now,
+                body)
+        except ValidationError as refused:
+            if not body or refused.field is not None:  # the body's JSON was not at fault
+                raise
+            install_id, new = validated(lenient_json(body, refused), now, body, fast=False)
         if not events.has_install(ctx.project.id, ctx.mode, install_id):
             raise InstallNotFound("this install has not reported a launch; "
                                   "send events after POST /v1/sdk/init succeeded")
