@@ -912,3 +912,45 @@ async def test_first_launch_answer_is_the_stored_replay(app: App) -> None:
     assert first.content == stored.body == replay.content
     assert "idempotent-replayed" not in first.headers
     assert replay.headers["idempotent-replayed"] == "true"
+
+
+async def test_a_retry_of_a_write_that_succeeded_is_its_answer_whatever_changed_since(
+        app: App, autojump_clock: trio.testing.MockClock) -> None:
+    """A retry under the same Idempotency-Key with the same body was checked
+    again before its stored answer was looked up: a link deleted since made
+    a handoff's or an open's retry 404, an ``expiresAt`` passed since made a
+    link's 400. The caller whose answer was lost got a failure for a write
+    that was made. Now the stored answer comes first."""
+    await setup(app)
+    ln = await link(app)
+    iid = new_install()
+    await init(app, init_body(iid, "ios"))
+    soon = iso_utc(app.services.clock.now_ms() + 1500)
+    async with app.client("pk_test", **SDK) as c:
+        async def twice(path: str, body: dict[str, object], key: str,
+                        meanwhile: Any) -> tuple[Any, Any]:
+            """The request, a change of the world, and its retry."""
+            first = await c.post(path, json=body, headers={"idempotency-key": key})
+            await meanwhile()
+            again = await c.post(path, json=body, headers={"idempotency-key": key})
+            return first, again
+
+        async def delete_link() -> None:
+            async with app.client("sk_test") as s:
+                assert (await s.delete(f"/v1/links/{ln['id']}")).status_code == 200
+
+        made = await twice("/v1/sdk/links", {"path": "/p", "expiresAt": soon}, "link-1",
+                           lambda: trio.sleep(2))
+        opened = await twice("/v1/sdk/resolve", {"url": ln["url"], "installId": iid},
+                             "open-1", delete_link)
+    ln2 = await link(app)
+    async with app.client("sk_test") as c:
+        first = await c.post("/v1/handoffs", json={"linkId": ln2["id"], "userId": "u-1"},
+                             headers={"idempotency-key": "handoff-1"})
+        await c.delete(f"/v1/links/{ln2['id']}")
+        again = await c.post("/v1/handoffs", json={"linkId": ln2["id"], "userId": "u-1"},
+                             headers={"idempotency-key": "handoff-1"})
+    for before, after in (made, opened, (first, again)):
+        assert before.status_code in (200, 201), before.text
+        assert (after.status_code, after.content) == (before.status_code, before.content)
+        assert after.headers["idempotent-replayed"] == "true"

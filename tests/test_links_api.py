@@ -265,3 +265,16 @@ async def test_a_random_slug_already_taken_or_reserved_is_drawn_again(
         assert stuck.status_code == 400  # three draws, all taken: not a loop
         listed = (await c.get("/v1/links")).json()
     assert len(listed["data"]) == 2
+
+
+async def test_an_empty_filter_lists_every_link(app: App) -> None:
+    """``?campaign=`` (a form left blank) matched no link: an empty text is
+    stored as none. An empty filter is no filter, as ``?q=`` already was."""
+    async with app.client("sk_test") as c:
+        for n in range(3):
+            assert (await c.post("/v1/links", json={"path": f"/{n}", "campaign": "spring"})
+                    ).status_code == 201
+        for blank in ("campaign", "channel", "tag", "q"):
+            listed = (await c.get("/v1/links", params={blank: ""})).json()
+            assert len(listed["data"]) == 3, blank
+        assert len((await c.get("/v1/links", params={"campaign": "autumn"})).json()["data"]) == 0

@@ -54,6 +54,8 @@ def register(api: Api) -> None:
 
     async def create(req: Request, ctx: KeyContext, *, custom: bool) -> Response:
         body = await req.body(api.max_body)
+        if (replayed := api.idem.replay(req, ctx.scope, body)) is not None:
+            return replayed  # before checks that read the time or the store
         data = await req.json(api.max_body)
         now = services.clock.now_ms()
         draft = parse_link_create(data, allow_custom_slug=custom, now_ms=now)
@@ -112,8 +114,11 @@ def register(api: Api) -> None:
             # in a worker thread: a filter may read LIST_SCAN_CAP (5,000) links
             page = await services.off_loop(lambda: services.links.list(
                 ctx.project.id, ctx.mode.value, limit=limit,
-                cursor=q.get("cursor") or None, campaign=q.get("campaign"),
-                channel=q.get("channel"), tag=q.get("tag"), query=q.get("q") or None))
+                # an empty filter is no filter (an empty text is stored as none:
+                # ``?campaign=`` matched no link at all)
+                cursor=q.get("cursor") or None, campaign=q.get("campaign") or None,
+                channel=q.get("channel") or None, tag=q.get("tag") or None,
+                query=q.get("q") or None))
         except ValueError as e:
             if isinstance(e, ValidationError):
                 raise
@@ -140,6 +145,8 @@ def register(api: Api) -> None:
         ctx = api.server_auth(req)
         lid = link_id(req)
         body = await req.body(api.max_body)
+        if (replayed := api.idem.replay(req, ctx.scope, body)) is not None:
+            return replayed  # before checks that read the time or the store
         patch = parse_link_update(await req.json(api.max_body), now_ms=services.clock.now_ms())
         render = json_render(200)
 

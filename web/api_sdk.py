@@ -139,6 +139,8 @@ def register(api: Api) -> None:
     async def resolve(req: Request) -> Response:
         ctx = api.sdk_auth(req)
         body = await req.body(api.max_body)
+        if (replayed := api.idem.replay(req, ctx.scope, body)) is not None:
+            return replayed  # before checks that read the time or the store
         data = await req.json(api.max_body)
         opened = parse_resolve(data)
         short = opened.short_url
@@ -189,6 +191,8 @@ def register(api: Api) -> None:
     async def create_handoff(req: Request) -> Response:
         ctx = api.server_auth(req)
         body = await req.body(api.max_body)
+        if (replayed := api.idem.replay(req, ctx.scope, body)) is not None:
+            return replayed  # before checks that read the time or the store
         settings = services.store.get_settings(ctx.project.id)
         request = parse_handoff_create(await req.json(api.max_body),
                                        web_fallback_tokens=settings.web_fallback_tokens)

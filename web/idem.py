@@ -15,7 +15,12 @@ from collections.abc import Awaitable, Callable
 import orjson
 import trio
 
-from svc_engine.idempotency import check_key, fingerprint, replay_or_conflict
+from svc_engine.idempotency import (
+    StoredResponse,
+    check_key,
+    fingerprint,
+    replay_or_conflict,
+)
 from svc_engine.store import IdemWrite
 from web.http import Request, Response
 from web.services import Services
@@ -70,6 +75,21 @@ class IdempotencyGuard:
         self._services = services
         self._locks: dict[tuple[str, str], tuple[trio.Lock, int]] = {}
 
+    def replay(self, req: Request, scope: str, body: bytes) -> Response | None:
+        """The stored answer to this very request, when there is one: for a
+        handler whose checks before ``run`` read the time or the store (an
+        ``expiresAt`` that has passed since, a link deleted since), which
+        would otherwise turn the retry of a request that succeeded into an
+        error. None otherwise (no key, nothing stored, or another request
+        under the key: ``run`` decides, after the body's own checks)."""
+        key = check_key(req.header("idempotency-key"))
+        if key is None:
+            return None
+        stored = self._services.store.get_response(scope, key)
+        if stored is None or stored.fingerprint != fingerprint(req.method, req.path, body):
+            return None
+        return _replayed(stored)
+
     async def run(self, req: Request, scope: str, body: bytes,
                   handler: Callable[[IdemSlot], Awaitable[Response]], *,
                   rerun_other: bool = False) -> Response:
@@ -90,9 +110,7 @@ class IdempotencyGuard:
                 stored = replay_or_conflict(self._services.store.get_response(scope, key), fp,
                                             rerun_other=rerun_other)
                 if stored is not None:
-                    return Response(stored.status, stored.body,
-                                    [(b"content-type", stored.content_type.encode()),
-                                     (b"idempotent-replayed", b"true")])
+                    return _replayed(stored)
                 return await handler(IdemSlot(scope, key, fp, self._services.clock.now_ms()))
         finally:
             lock, users = self._locks[lock_key]
@@ -100,3 +118,9 @@ class IdempotencyGuard:
                 del self._locks[lock_key]
             else:
                 self._locks[lock_key] = (lock, users - 1)
+
+
+def _replayed(stored: StoredResponse) -> Response:
+    return Response(stored.status, stored.body,
+                    [(b"content-type", stored.content_type.encode()),
+                     (b"idempotent-replayed", b"true")])
