@@ -293,10 +293,11 @@ async def test_same_batch_with_same_and_new_idempotency_key(ev: Events) -> None:
     assert (code, again) == (200, ok(0, 5))
     assert "idempotent-replayed" not in r3.headers
     assert await ev.conversions() == 5
-    # the same key with another batch is refused, and stores nothing
+    # the same key with another batch: stored (events are deduplicated by id;
+    # test_a_grown_batch_under_the_same_key_is_stored_not_409)
     code, body, _ = await ev.send([event(at=ev.at())], key="flush-1")
-    assert (code, error(body)[0]) == (409, "idempotency_key_reused")
-    assert await ev.conversions() == 5
+    assert (code, body) == (200, ok(1, 0))
+    assert await ev.conversions() == 6
 
 
 async def test_events_from_an_unknown_install(ev: Events) -> None:
@@ -781,3 +782,17 @@ async def test_export_is_streamed_a_page_at_a_time(ev: Events) -> None:
     chunks = [m["body"] for m in bodies if m["body"]]
     assert [len(c.splitlines()) for c in chunks] == [500, 100]  # one chunk per page
     assert all(m["more_body"] for m in bodies[:-1]) and bodies[-1]["more_body"] is False
+
+
+async def test_a_grown_batch_under_the_same_key_is_stored_not_409(ev: Events) -> None:
+    """The same Idempotency-Key with another batch (an SDK that kept its key
+    across a backoff while its queue grew) was 409, which the SDK drops with
+    the new events. Events are deduplicated by their ids: the batch is stored."""
+    first = [event(at=ev.at()) for _ in range(3)]
+    code, body, _ = await ev.send(first, key="flush-1")
+    assert (code, body) == (200, ok(3, 0))
+    code, body, _ = await ev.send(first + [event(at=ev.at())], key="flush-1")
+    assert (code, body) == (200, ok(1, 3))
+    code, body, _ = await ev.send(first, key="flush-1")
+    assert (code, body) == (200, ok(0, 3))
+    assert await ev.conversions() == 4
