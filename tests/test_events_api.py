@@ -791,7 +791,7 @@ async def test_a_grown_batch_under_the_same_key_is_stored_not_409(ev: Events) ->
     first = [event(at=ev.at()) for _ in range(3)]
     code, body, _ = await ev.send(first, key="flush-1")
     assert (code, body) == (200, ok(3, 0))
-    code, body, _ = await ev.send(first + [event(at=ev.at())], key="flush-1")
+    code, body, _ = await ev.send([*first, event(at=ev.at())], key="flush-1")
     assert (code, body) == (200, ok(1, 3))
     code, body, _ = await ev.send(first, key="flush-1")
     assert (code, body) == (200, ok(0, 3))
