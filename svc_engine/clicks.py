@@ -33,13 +33,18 @@ class ClickFacts:
 
 def clean_country(value: str | None) -> str | None:
     """A two-letter country code from a trusted header, or None ("XX", "T1" and
-    other non-country markers of proxies become None)."""
+    other non-country markers of proxies become None, and so do "EU" and "AP",
+    which GeoIP databases give for a continent: not a country to count or to
+    match a cohort on)."""
     if not value:
         return None
     v = value.strip().upper()
-    if not _COUNTRY.fullmatch(v) or v in ("XX", "ZZ"):
+    if not _COUNTRY.fullmatch(v) or v in _NOT_COUNTRIES:
         return None
     return v
+
+
+_NOT_COUNTRIES = frozenset(("XX", "ZZ", "EU", "AP"))
 
 
 @attrs.frozen

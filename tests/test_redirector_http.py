@@ -328,3 +328,17 @@ async def test_a_page_shows_an_og_image_only_over_https(app: App) -> None:
     assert '<img class="hero" src="https://cdn.example.com/b.png"' in landing_secure
     assert '<meta property="og:image" content="http://cdn.example.com/a.png">' in preview
     assert '<img src="http://' not in preview
+
+
+async def test_a_custom_domain_answers_by_its_fully_qualified_name_too(app: App) -> None:
+    """A Host of "go.acme.com." (the trailing dot of a fully qualified name)
+    fell back to the default domain: the custom domain's links were 404."""
+    await configure(app)
+    async with app.client("sk_live") as c:
+        assert (await c.post("/v1/domains", json={"domain": "go.acme.com"})).status_code == 201
+    ln = await make_link(app, domain="go.acme.com", slug="sale")
+    for host in ("go.acme.com", "go.acme.com.", "GO.ACME.COM.:443"):
+        async with app.client(**{"user-agent": UA["android"], "host": host}) as c:
+            r = await c.get("/sale")
+        assert r.status_code == 302, (host, r.status_code)
+    assert ln["domain"] == "go.acme.com"

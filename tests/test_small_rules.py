@@ -200,3 +200,14 @@ def test_the_dashboard_is_at_the_public_origin_s_root() -> None:
     assert cfg.dashboard_url == "https://example.com/dashboard"
     plain = config_mod.load({"SVC_PORT": "9000"}, {})
     assert plain.dashboard_url == "http://127.0.0.1:9000/dashboard"
+
+
+@pytest.mark.parametrize(("sent", "kept"), [
+    ("DE", "DE"), (" fr ", "FR"), ("XX", None), ("T1", None), ("ZZ", None),
+    ("EU", None), ("AP", None),  # a GeoIP continent, not a country
+    ("", None), (None, None), ("DEU", None),
+])
+def test_a_country_is_a_two_letter_country_or_none(sent: str | None, kept: str | None) -> None:
+    from svc_engine.clicks import clean_country
+
+    assert clean_country(sent) == kept

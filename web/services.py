@@ -93,6 +93,7 @@ class Services:
         if host == default:
             return host, None
         bare = host if host.endswith("]") else host.rsplit(":", 1)[0]
+        bare = bare.rstrip(".")  # "go.acme.com." is the same name, fully qualified
         owner = self.links.domain_owner(bare)
         if owner is not None:
             return bare, owner
