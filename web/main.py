@@ -16,7 +16,6 @@ after its write is durable, so nothing acknowledged is lost.
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import json
 import logging
@@ -55,9 +54,7 @@ def _concrete_port(config: Config) -> Config:
         try:
             probe.bind((config.host, 0))
         except OSError as e:  # an unknown host, or not this machine's: one line
-            failed = ListenFailed(f"cannot listen on {config.host}:0: {e.strerror or e}")
-            failed.in_use = e.errno in (errno.EADDRINUSE, errno.EACCES)
-            raise failed from e
+            raise ListenFailed.of(config.host, 0, e) from e
         port = int(probe.getsockname()[1])
     return attrs.evolve(config, port=port)
 

@@ -58,6 +58,12 @@ class ListenFailed(OSError):
 
     in_use: bool = False
 
+    @classmethod
+    def of(cls, host: str, port: int, error: OSError) -> ListenFailed:
+        failed = cls(f"cannot listen on {host}:{port}: {error.strerror or error}")
+        failed.in_use = error.errno in (errno.EADDRINUSE, errno.EACCES)
+        return failed
+
 
 @attrs.frozen
 class ServerSettings:
@@ -118,10 +124,7 @@ class HttpServer:
             listeners = await trio.open_tcp_listeners(s.port, host=s.host or None,
                                                       backlog=1024)
         except OSError as e:
-            failed = ListenFailed(f"cannot listen on {s.host or '*'}:{s.port}: "
-                                  f"{e.strerror or e}")
-            failed.in_use = e.errno in (errno.EADDRINUSE, errno.EACCES)
-            raise failed from e
+            raise ListenFailed.of(s.host or "*", s.port, e) from e
         binds = [_bind_name(self.scheme, ln.socket.getsockname()) for ln in listeners]
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as acceptors:
