@@ -25,6 +25,7 @@ three branches, and which branch an error is on decides who sees it::
     │   ├── RequestTimeout         408 request_timeout (body not sent in time)
     │   ├── Gone                   410 gone
     │   ├── PayloadTooLarge        413 payload_too_large
+    │   ├── HeadersTooLarge        431 headers_too_large (the request head)
     │   ├── UnsupportedMediaType   415 unsupported_media_type
     │   ├── RateLimited            429 rate_limited (carries retry_after seconds)
     │   └── LinkQuotaExceeded      429 link_quota_exceeded
@@ -170,6 +171,14 @@ class Gone(CallerError):
 class PayloadTooLarge(CallerError):
     status = 413
     code = "payload_too_large"
+
+
+class HeadersTooLarge(CallerError):
+    """The request line and headers are over the server's limit (web/connection.py);
+    answered before any route sees the request."""
+
+    status = 431
+    code = "headers_too_large"
 
 
 class UnsupportedMediaType(CallerError):

@@ -311,14 +311,15 @@ async def test_application_failure_after_the_answer_started_cuts_the_connection(
     assert c.buffer.count(b"HTTP/1.1") == 1 and c.buffer.endswith(b"4\r\npart\r\n")
 
 
-@pytest.mark.parametrize(("raw", "status"), [
-    (b"NONSENSE\r\n\r\n", 400),
-    (b"GET / HTTP/1.1\r\nhost: t\r\nx-big: " + b"a" * 20_000 + b"\r\n\r\n", 431),
-    (b"GET /\xff\xfe HTTP/1.1\r\nhost: t\r\n\r\n", 400),
-    (b"GET /%ff HTTP/1.1\r\nhost: t\r\n\r\n", 400),
+@pytest.mark.parametrize(("raw", "status", "code"), [
+    (b"NONSENSE\r\n\r\n", 400, b"bad_request"),
+    (b"GET / HTTP/1.1\r\nhost: t\r\nx-big: " + b"a" * 20_000 + b"\r\n\r\n", 431,
+     b"headers_too_large"),
+    (b"GET /\xff\xfe HTTP/1.1\r\nhost: t\r\n\r\n", 400, b"bad_request"),
+    (b"GET /%ff HTTP/1.1\r\nhost: t\r\n\r\n", 400, b"bad_request"),
 ])
 async def test_malformed_requests_get_a_4xx_and_a_close(served: Any, raw: bytes,
-                                                         status: int) -> None:
+                                                         status: int, code: bytes) -> None:
     app, _, connect, _ = served
     c = await connect()
     await c.stream.send_all(raw)
@@ -330,7 +331,7 @@ async def test_malformed_requests_get_a_4xx_and_a_close(served: Any, raw: bytes,
                 break
             answer += data
     assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer[:40]
-    assert b"connection: close" in answer and b'"error"' in answer
+    assert b"connection: close" in answer and b'"code":"' + code + b'"' in answer
     assert app.scopes == []
 
 

@@ -57,6 +57,7 @@ import h11
 import orjson
 import trio
 
+from svc_engine.errors import HeadersTooLarge
 from web.http import CLIENT_GONE
 from web.logs import loggable
 from web.request_head import BODY_EXTENSION, Head, head_end, parse_head
@@ -273,7 +274,8 @@ class Connection:
 
     async def _reject(self, error: h11.RemoteProtocolError) -> None:
         if error.error_status_hint == 431:
-            answer = refusal(431, "payload_too_large", "the request head is too large")
+            answer = refusal(HeadersTooLarge.status, HeadersTooLarge.code,
+                             "the request line and headers are too large")
         else:
             answer = refusal(400, "bad_request", "malformed HTTP request")
         await refuse(self.stream, answer)
