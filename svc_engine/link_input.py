@@ -361,11 +361,16 @@ class LinkPatch:
 
 
 def parse_link_create(
-    body: object, *, allow_custom_slug: bool, now_ms: int
+    body: object, *, allow_custom_slug: bool, now_ms: int, default_domain: str = ""
 ) -> LinkDraft:
     """Validate a create body. The SDK call passes ``allow_custom_slug=False``:
     its links always get a random slug on the default domain, so ``slug`` and
     ``domain`` are refused there.
+
+    ``domain`` naming ``default_domain`` (``GET /v1/domains``'s ``default``:
+    the public URL's host[:port], which a custom domain could never be, with a
+    port or a single label such as ``localhost``) is the default domain, as if
+    left out.
     """
     allowed = _COMMON_FIELDS | _CUSTOM_FIELDS if allow_custom_slug else _COMMON_FIELDS
     m = _check_fields(body, allowed)
@@ -381,9 +386,21 @@ def parse_link_create(
             raise ValidationError(f"slug {slug!r} is reserved by the service", field="slug")
         fields["slug"] = slug
     domain = m.get("domain")
-    if domain is not None:
+    if domain is not None and not _names_default(domain, default_domain):
         fields["domain"] = normalize_domain(domain)
     return LinkDraft(**fields)
+
+
+def _names_default(domain: object, default_domain: str) -> bool:
+    if not default_domain or not isinstance(domain, str):
+        return False
+    text = domain.strip().lower()
+    if ":" in text and not text.endswith("]"):  # host:port ("[::1]:8080" too)
+        host, port = text.rsplit(":", 1)
+        text = f"{host.removesuffix('.')}:{port}"
+    else:
+        text = text.removesuffix(".")
+    return text == default_domain.lower()
 
 
 def parse_link_update(body: object, *, now_ms: int) -> LinkPatch:

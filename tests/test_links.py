@@ -229,6 +229,26 @@ def test_custom_slug_and_domain_only_on_the_server_api() -> None:
                              now_ms=NOW) == LinkDraft()
 
 
+def test_domain_naming_the_default_domain_is_the_default() -> None:
+    """``GET /v1/domains`` answers the default as the public URL's host[:port]:
+    sent back as ``domain`` it is no custom domain (``:`` and ``localhost`` are
+    refused there), it is the default, as if left out."""
+    for default, sent in [("localhost:8080", "localhost:8080"),
+                          ("localhost:8080", " LocalHost:8080 "),
+                          ("go.acme.com", "Go.Acme.com."),
+                          ("go.acme.com:8443", "go.acme.com.:8443"),
+                          ("[::1]:8080", "[::1]:8080")]:
+        draft = parse_link_create({"domain": sent}, allow_custom_slug=True, now_ms=NOW,
+                                  default_domain=default)
+        assert draft.domain is None, (default, sent)
+    with pytest.raises(InvalidDomain):  # another port is not the default domain
+        parse_link_create({"domain": "localhost:9090"}, allow_custom_slug=True, now_ms=NOW,
+                          default_domain="localhost:8080")
+    with pytest.raises(ValidationError):  # the SDK's call still takes no domain
+        parse_link_create({"domain": "localhost:8080"}, allow_custom_slug=False, now_ms=NOW,
+                          default_domain="localhost:8080")
+
+
 BAD_BODIES: list[tuple[object, str | None]] = [
     ([], None),
     ("path", None),

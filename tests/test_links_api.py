@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
+from actors.clock import TrioWallClock
+from storage.lmdb_store import LmdbStore
+from svc_engine.config import Config
 from svc_engine.plans import Plan
-from tests.conftest import App
+from tests.conftest import App, running_app
+from tests.dashboard_support import owner, signed_in
 
 
 async def test_sdk_create_link_random_slug_default_domain(app: App) -> None:
@@ -202,6 +207,27 @@ async def test_custom_domain_serves_only_its_project(app: App) -> None:
     assert [d["appIDs"] for d in mine["applinks"]["details"]] == [["ZZZZZ99999.com.other.app"]]
     assert len(shared["applinks"]["details"]) == 2
     assert other.id
+
+
+async def test_the_default_domain_as_listed_with_its_port_can_be_named(
+        store: LmdbStore, config: Config) -> None:
+    """What ``GET /v1/domains`` lists as ``default`` (``host:port`` behind a
+    public URL with a port) is accepted back as a link's ``domain``, by the API
+    and the dashboard's form; it was 400 invalid_domain (``:`` refused)."""
+    config = attrs.evolve(config, public_url="http://localhost:8080")
+    async with running_app(store, config, TrioWallClock()) as a, a.client("sk_test") as c:
+        default = (await c.get("/v1/domains")).json()["default"]
+        assert default == "localhost:8080"
+        r = await c.post("/v1/links", json={"path": "/p", "domain": default, "slug": "port"})
+        assert r.status_code == 201, r.text
+        assert r.json()["url"] == "http://localhost:8080/port"
+        assert r.json()["domain"] == default
+        m = await signed_in(a, owner(a))
+        r = await m.client.post("/dashboard/links/new", data={
+            "csrf": m.csrf, "path": "/q", "slug": "form", "domain": default})
+        await m.aclose()
+        assert r.status_code == 303, r.text
+        assert a.services.links.by_slug(default, "form") is not None
 
 
 async def test_domain_writes_honour_the_idempotency_key(app: App) -> None:

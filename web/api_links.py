@@ -58,7 +58,8 @@ def register(api: Api) -> None:
             return replayed  # before checks that read the time or the store
         data = await req.json(api.max_body)
         now = services.clock.now_ms()
-        draft = parse_link_create(data, allow_custom_slug=custom, now_ms=now)
+        draft = parse_link_create(data, allow_custom_slug=custom, now_ms=now,
+                                  default_domain=services.default_domain)
         domain = services.default_domain
         if draft.domain is not None and draft.domain != domain:
             if services.links.domain_owner(draft.domain) != ctx.project.id:

@@ -168,7 +168,8 @@ def register(dash: Dashboard) -> None:
             if viewer.project is None or viewer.org is None:
                 raise ValidationError("create a project first", field="project")
             now = dash.now_ms()
-            draft = parse_link_create(create_body(form), allow_custom_slug=True, now_ms=now)
+            draft = parse_link_create(create_body(form), allow_custom_slug=True, now_ms=now,
+                                      default_domain=dash.services.default_domain)
             domain = dash.services.default_domain
             if draft.domain is not None and draft.domain != domain:
                 if links.domain_owner(draft.domain) != viewer.project.id:
