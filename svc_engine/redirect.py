@@ -1,8 +1,9 @@
 """What the redirector answers to a tap on a short link: a pure decision.
 
 Theory of operation. The web layer reduces a request to a ``Client`` (platform,
-OS major version, bot or not; see ``web/useragent.py``), loads the link by host
-and slug, and calls ``decide``. The decision is a value: the page to render or
+OS major version, bot or not, see ``web/useragent.py``; a browser's prefetch or
+not, see ``web/client_facts.py``), loads the link by host and slug, and calls
+``decide``. The decision is a value: the page to render or
 the redirect to send, whether a single-use token must be minted for it, and
 whether the tap is counted (a click) and kept in the probabilistic window. The
 caller does the I/O: it mints the token, fills it in with
@@ -34,6 +35,13 @@ are decisions where SPEC.md is silent):
 8. A counted tap is a GET by a non-bot on a live link. An iOS counted tap of a
    project with ``probabilisticMatching`` on, whose iOS major version is known,
    also enters the probabilistic window.
+9. (A browser's prefetch or prerender of what would be a counted tap, 8, is
+   not a tap: it is declined with a 503, not counted, kept out of the window
+   and given no token. Browsers discard a prefetched answer that is not 2xx,
+   so the person's real tap, if it comes, reaches the redirector afresh and
+   is the one counted; a prefetched 302 would be used in its place, the tap
+   lost and the token wasted on the prefetch. Prefetches of what is never
+   counted, 1 to 3 and 7, are answered as any other request.)
 """
 
 from __future__ import annotations
@@ -62,6 +70,9 @@ class Client:
     platform: Platform
     os_major: int | None = None
     is_bot: bool = False
+    is_prefetch: bool = False
+    """The browser fetches the link speculatively (prefetch, prerender), not
+    because it was tapped (rule 9)."""
 
 
 class RedirectSettings(Protocol):
@@ -142,6 +153,14 @@ class LandingPage:
 
 
 @attrs.frozen
+class PrefetchDeclined:
+    """A speculative fetch of a link that a tap would count: not answered, so
+    that the browser discards it and the real tap comes to the redirector."""
+
+    status = 503
+
+
+@attrs.frozen
 class Redirect:
     """A 302 to ``url``, with a token placed as ``token`` says once minted."""
 
@@ -160,7 +179,8 @@ class Redirect:
         return with_query_param(self.url, TOKEN_PARAM, token)
 
 
-Outcome = NotFoundPage | GonePage | PreviewPage | OgPage | LandingPage | Redirect
+Outcome = (NotFoundPage | GonePage | PreviewPage | OgPage | LandingPage | Redirect
+           | PrefetchDeclined)
 
 
 @attrs.frozen
@@ -256,6 +276,8 @@ def decide(
     if client.is_bot:
         return Decision(PreviewPage(link))
     is_get = method == "GET"
+    if is_get and client.is_prefetch:  # every live outcome of a GET counts a click (8)
+        return Decision(PrefetchDeclined())
     outcome = _live(link, client.platform, settings, platforms, mint=is_get)
     window = (is_get and client.platform is Platform.IOS and client.os_major is not None
               and settings.probabilistic_matching)

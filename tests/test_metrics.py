@@ -150,6 +150,9 @@ async def test_requests_are_counted_by_family_and_parts_report(metered: App) -> 
         assert r.status_code == 201, r.text
         await c.get("/spring-sale", headers={"user-agent": UA, "cf-ipcountry": "DE"})
         await c.get("/no-such-link")
+        prefetch = await c.get("/spring-sale", headers={"user-agent": UA,
+                                                        "sec-purpose": "prefetch"})
+        assert prefetch.status_code == 503
         await c.get("/healthz")
         r = await c.get("/metrics", headers={"authorization": f"Bearer {TOKEN}"})
     assert r.status_code == 200
@@ -158,8 +161,10 @@ async def test_requests_are_counted_by_family_and_parts_report(metered: App) -> 
     assert value(fams, "svc_http_requests_total", family="api", code="2xx") == 1
     assert value(fams, "svc_http_requests_total", family="redirect", code="3xx") == 1
     assert value(fams, "svc_http_requests_total", family="redirect", code="4xx") == 1
+    assert value(fams, "svc_http_requests_total", family="redirect", code="5xx") == 1
+    assert value(fams, "svc_redirect_prefetches_declined_total") == 1
     assert value(fams, "svc_http_requests_total", family="ops", code="2xx") == 1
-    assert value(fams, "svc_http_request_duration_seconds_count", family="redirect") == 2
+    assert value(fams, "svc_http_request_duration_seconds_count", family="redirect") == 3
     assert value(fams, "svc_http_requests_in_flight") == 1  # the scrape itself
     assert value(fams, "svc_store_writes_total") >= 1
     assert value(fams, "svc_store_commits_total") >= 1

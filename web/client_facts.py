@@ -12,6 +12,7 @@ is never written to storage or logs.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from svc_engine.attribution import net_hash
@@ -85,3 +86,43 @@ def client_address(forwarded: str | None, peer: str | None) -> str | None:
         if last:
             return last
     return peer
+
+
+_PREFETCH_HEADERS = frozenset(("sec-purpose", "purpose", "x-moz", "x-purpose"))
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"?')
+
+
+def is_prefetch(req: Request) -> bool:
+    """Whether the browser sent ``req`` speculatively (a prefetch or a
+    prerender), not because the link was followed: ``Sec-Purpose`` (or
+    Chrome's older ``Purpose``) with a ``prefetch`` item, parameters such as
+    ``prerender`` or ``anonymous-client-ip`` ignored; Firefox's older
+    ``X-Moz: prefetch``; Safari's ``X-Purpose: preview``. Case-insensitive.
+    A request with none of these headers, nearly every one, costs one set
+    test of its header names."""
+    headers = req.headers
+    if headers.keys().isdisjoint(_PREFETCH_HEADERS):
+        return False
+    if "sec-purpose" in headers or "purpose" in headers:
+        # Every field line (the headers dict keeps the last): one list.
+        names = (b"sec-purpose", b"purpose")
+        purpose = ",".join(v.decode("latin-1") for k, v in req.raw_headers
+                           if k.lower() in names)
+        if _has_prefetch_item(purpose):
+            return True
+    return (_is(headers.get("x-moz"), "prefetch") or _is(headers.get("x-purpose"), "preview"))
+
+
+def _has_prefetch_item(value: str) -> bool:
+    """Whether the Structured Fields list ``value`` (RFC 9651: items split by
+    commas, each a bare item and its ``;`` parameters) has the item
+    ``prefetch``. Quoted strings, which may hold either separator, are
+    dropped first."""
+    if '"' in value:
+        value = _QUOTED.sub("", value)
+    return any(item.split(";", 1)[0].strip().lower() == "prefetch"
+               for item in value.split(","))
+
+
+def _is(value: str | None, expected: str) -> bool:
+    return value is not None and value.strip().lower() == expected

@@ -34,6 +34,7 @@ from web.metrics import CONTENT_TYPE, Metrics, family_of, process_metrics, token
 from web.metrics_sources import (
     events_metrics,
     front_metrics,
+    redirect_metrics,
     store_metrics,
     timer_metrics,
     webhook_metrics,
@@ -65,6 +66,7 @@ class Front:
         for collect in (front_metrics(lambda: self.in_flight), store_metrics(services.store),
                         webhook_metrics(lambda: services.webhooks), timer_metrics(services.timer),
                         events_metrics(self.api.event_statistics),
+                        redirect_metrics(lambda: self.redirector.prefetches_declined),
                         process_metrics(services.clock.now_ms() / 1000)):
             self.metrics.add(collect)
 

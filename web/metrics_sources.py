@@ -115,6 +115,15 @@ def events_metrics(events: EventStatistics) -> Collector:
     return collect
 
 
+def redirect_metrics(declined: Callable[[], int]) -> Collector:
+    def collect() -> list[Metric]:
+        return [counter("svc_redirect_prefetches_declined_total",
+                        "Browser prefetches of a short link answered 503 so that the tap "
+                        "itself is counted (also in the redirect family's 5xx).", declined())]
+
+    return collect
+
+
 def timer_metrics(timer: TimerActor) -> Collector:
     def collect() -> list[Metric]:
         s = timer.statistics()

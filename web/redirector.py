@@ -5,11 +5,17 @@ user-agent classification, the pure ``decide``, and one op queued to the
 writer for the click. The answer waits for the commit only when a token was
 minted (a token handed out must exist when the app presents it); a plain click
 is acknowledged to nobody, so the redirect does not wait for its flush.
+
+A browser's prefetch or prerender of a tap that would count (``Sec-Purpose:
+prefetch`` and older headers: ``web/client_facts.py`` ``is_prefetch``) is a
+503 with nothing written (rule 9 of ``svc_engine/redirect.py``): the browser
+drops it, and the real tap comes here afresh.
 """
 
 from __future__ import annotations
 
 import pathlib
+from typing import Literal
 
 import attrs
 import jinja2
@@ -28,6 +34,7 @@ from svc_engine.redirect import (
     NotFoundPage,
     OgPage,
     Platform,
+    PrefetchDeclined,
     PreviewPage,
     Redirect,
     app_store_url,
@@ -37,7 +44,7 @@ from svc_engine.redirect import (
     page_meta,
     play_store_url,
 )
-from web.client_facts import ClientFacts
+from web.client_facts import ClientFacts, is_prefetch
 from web.http import Request, Response, html_response
 from web.services import Services
 
@@ -50,6 +57,11 @@ _CSP = (b"content-security-policy",
 
 
 _LANDING_MARK = LANDING_MARK.encode()
+# No Vary (on Sec-Purpose and the like): no cache stores this answer, nor any
+# other of the redirector's (all no-store), and Vary only chooses among
+# stored answers; on the redirects it would be bytes on every tap for nothing.
+_DECLINED_BODY = b"Not prefetched: open the link to follow it.\n"
+_DECLINED_HEADERS = ((b"content-type", b"text/plain; charset=utf-8"), _NO_STORE, _REFERRER)
 
 class Redirector:
     def __init__(self, services: Services) -> None:
@@ -57,6 +69,7 @@ class Redirector:
         self.facts = ClientFacts(services.config, services.server_secret)
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                                       autoescape=True, auto_reload=False)
+        self.prefetches_declined = 0  # /metrics: these 503s are not failures
 
     async def handle(self, req: Request) -> Response:
         if req.method not in ("GET", "HEAD"):
@@ -74,8 +87,14 @@ class Redirector:
         facts = self.facts.of(req, want_net_hash=settings.probabilistic_ip_matching)
         client = Client(platform=Platform(facts.platform), os_major=facts.os_major,
                         is_bot=facts.is_bot)
-        decision = decide(link, client, method="GET" if req.method == "GET" else "HEAD",
-                          settings=settings, platforms=platforms, now_ms=now)
+        method: Literal["GET", "HEAD"] = "GET" if req.method == "GET" else "HEAD"
+        decision = decide(link, client, method=method, settings=settings,
+                          platforms=platforms, now_ms=now)
+        if decision.record_click and is_prefetch(req):
+            # Read only for a tap that counts; decided again, as a prefetch
+            # (rule 9 of svc_engine/redirect.py): a 503, nothing stored.
+            decision = decide(link, attrs.evolve(client, is_prefetch=True), method=method,
+                              settings=settings, platforms=platforms, now_ms=now)
         if (decision.record_click and not decision.needs_token
                 and _LANDING_MARK in req.query_string):
             # The 'Continue in app' page's own button (no custom scheme) or app
@@ -123,6 +142,9 @@ class Redirector:
             location = outcome.location(token.token if token else None)
             return Response(302, b"", [(b"location", location.encode("utf-8")), _NO_STORE,
                                        _REFERRER])
+        if isinstance(outcome, PrefetchDeclined):
+            self.prefetches_declined += 1
+            return Response(503, _DECLINED_BODY, _DECLINED_HEADERS)
         if isinstance(outcome, NotFoundPage):
             return self._page(404, "notfound.html")
         project = self.services.store.get_project(link.project_id)
