@@ -63,6 +63,11 @@ class DecodeCache:
         self.misses = 0
 
     @property
+    def max_bytes(self) -> int:
+        """The bound on :attr:`size_bytes`."""
+        return self._max_bytes
+
+    @property
     def size_bytes(self) -> int:
         """What the entries held are charged (``entry_bytes``), at most the bound."""
         return self._bytes

@@ -170,6 +170,7 @@ async def test_requests_are_counted_by_family_and_parts_report(metered: App) -> 
     assert value(fams, "svc_store_commits_total") >= 1
     assert 0 < value(fams, "svc_store_used_bytes") <= value(fams, "svc_store_map_size_bytes")
     assert 0 < value(fams, "svc_store_decode_cache_bytes") <= 32 << 20  # the link, the key
+    assert "(at most 32 MiB;" in r.text  # the bound it has (its help said 16)
     assert value(fams, "svc_webhook_endpoints") == 0
     assert value(fams, "svc_webhook_endpoints_overflowed") == 0
     assert value(fams, "svc_webhook_body_cache_bytes") == 0  # no endpoint, nothing fanned out

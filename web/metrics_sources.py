@@ -64,8 +64,9 @@ def store_metrics(store: LmdbStore) -> Collector:
                   space["map_size"]),
             gauge("svc_store_used_bytes", "Bytes of the map in use.", space["used_bytes"]),
             gauge("svc_store_decode_cache_bytes",
-                  "Memory the cache of decoded records holds, as charged (at most 16 MiB; "
-                  "fills with traffic).", store.cache.size_bytes),
+                  "Memory the cache of decoded records holds, as charged (at most "
+                  f"{store.cache.max_bytes >> 20} MiB; fills with traffic).",
+                  store.cache.size_bytes),
         ]
 
     return collect
