@@ -75,6 +75,9 @@ DATABASES = (
     b"landing_opens",    # project | mode | install id -> link id | ms: a 'Continue in
                          # app' open of an install whose first launch is not reported
                          # yet (svc_engine/attribution.py, flow 1b); new in session 33
+    b"link_destinations",  # project id -> LinkDestinations (hosts links made with the
+                           # publishable key may point at; none stored: any host);
+                           # new in session 34, empty until set: no migration
 )
 
 

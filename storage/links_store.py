@@ -1,4 +1,4 @@
-"""Links, slugs, custom domains and platform settings in LMDB.
+"""Links, slugs, custom domains, platform settings and link destinations in LMDB.
 
 The redirect's read is ``resolve(host, slug)``: one read transaction, two or
 three gets (custom domain, slug, link), no mailbox. Writes are atomic ops;
@@ -17,6 +17,7 @@ import lmdb
 from storage import layout
 from storage.codec import decode, encode
 from storage.lmdb_store import LmdbStore, prefix_keys
+from svc_engine.destinations import LinkDestinations
 from svc_engine.errors import InvalidDomain, LinkQuotaExceeded, NotFound, SlugTaken, ValidationError
 from svc_engine.keys import Mode
 from svc_engine.links import Link
@@ -87,6 +88,7 @@ class LinksStore:
         self._domains = store.db(b"domains")
         self._domains_by_project = store.db(b"domains_by_project")
         self._platforms = store.db(b"platforms")
+        self._destinations = store.db(b"link_destinations")
         self._meta = store.db(b"meta")
 
     # -- reads ----------------------------------------------------------------
@@ -136,6 +138,14 @@ class LinksStore:
         with self.store.read() as txn:
             raw = txn.get(layout.uid(project_id), db=self._platforms)
         return self.store.cache.decode(Platforms, bytes(raw)) if raw is not None else Platforms()
+
+    def link_destinations(self, project_id: str) -> LinkDestinations:
+        """The project's destination rules; a project that never set them
+        (every project before session 34) has the empty list: any host."""
+        with self.store.read() as txn:
+            raw = txn.get(layout.uid(project_id), db=self._destinations)
+        return (self.store.cache.decode(LinkDestinations, bytes(raw)) if raw is not None
+                else LinkDestinations())
 
     def org_link_count(self, org_id: str) -> int:
         with self.store.read() as txn:
@@ -314,6 +324,22 @@ class LinksStore:
             txn.put(key, encode(platforms), db=self._platforms)
             self.store.record_response(txn, idem, platforms)
             return platforms
+
+        return await self.store.write(op)  # type: ignore[no-any-return]
+
+    async def patch_link_destinations(
+            self, project_id: str, patch: Callable[[LinkDestinations], LinkDestinations],
+            idem: IdemWrite | None) -> LinkDestinations:
+        """``patch`` applied to the stored rules inside the write, as
+        ``patch_platforms`` does."""
+        def op(txn: lmdb.Transaction) -> LinkDestinations:
+            key = layout.uid(project_id)
+            raw = txn.get(key, db=self._destinations)
+            rules = patch(decode(LinkDestinations, bytes(raw)) if raw is not None
+                          else LinkDestinations())
+            txn.put(key, encode(rules), db=self._destinations)
+            self.store.record_response(txn, idem, rules)
+            return rules
 
         return await self.store.write(op)  # type: ignore[no-any-return]
 

@@ -96,6 +96,10 @@ class DestinationBlocked(CallerError):
     status = 400
     code = "destination_blocked"
 
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
 
 class InvalidApiKey(CallerError):
     status = 401

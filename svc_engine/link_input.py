@@ -138,9 +138,9 @@ def check_destination_url(value: object, *, field: str) -> str:
     except ValueError as exc:
         raise ValidationError(f"{field} is not a valid URL", field=field) from exc
     if parts.scheme.lower() not in ("http", "https"):
-        raise DestinationBlocked(f"{field} must be an absolute http or https URL")
+        raise DestinationBlocked(f"{field} must be an absolute http or https URL", field=field)
     if "@" in parts.netloc:
-        raise DestinationBlocked(f"{field} must not carry a user name or password")
+        raise DestinationBlocked(f"{field} must not carry a user name or password", field=field)
     host = parts.hostname or ""
     if not host:
         raise ValidationError(f"{field} must name a host", field=field)

@@ -13,12 +13,24 @@ Server (secret key):
     DELETE /v1/domains/{domain}          remove a custom domain
     GET    /v1/platforms                 iOS, Android and web settings
     PATCH  /v1/platforms                 change them (drives the association files)
+    GET    /v1/link-destinations         hosts links made with the publishable key may
+                                         point at ({"sdkAllowedHosts": [...]})
+    PATCH  /v1/link-destinations         change them (svc_engine/destinations.py)
+
+A link made with the publishable key is checked against the project's
+``sdkAllowedHosts`` before anything is stored; one made with a secret key is
+not (the team is trusted).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from svc_engine.destinations import (
+    LinkDestinations,
+    apply_destinations_patch,
+    check_sdk_link,
+)
 from svc_engine.errors import InvalidDomain, SlugTaken, ValidationError
 from svc_engine.ids import is_uuid, new_id
 from svc_engine.links import (
@@ -60,6 +72,8 @@ def register(api: Api) -> None:
         now = services.clock.now_ms()
         draft = parse_link_create(data, allow_custom_slug=custom, now_ms=now,
                                   default_domain=services.default_domain)
+        if not custom:  # the publishable key: anyone holding the app holds it
+            check_sdk_link(services.links.link_destinations(ctx.project.id), draft)
         domain = services.default_domain
         if draft.domain is not None and draft.domain != domain:
             if services.links.domain_owner(draft.domain) != ctx.project.id:
@@ -256,6 +270,36 @@ def register(api: Api) -> None:
 
         return await api.idem.run(req, ctx.scope, body, run)
 
+    # -- link destinations ---------------------------------------------------------
+
+    def destinations_json(value: object) -> object:
+        assert isinstance(value, LinkDestinations)
+        return value.to_json()
+
+    async def get_destinations(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        return json_response(200, services.links.link_destinations(ctx.project.id).to_json())
+
+    async def patch_destinations(req: Request) -> Response:
+        ctx = api.server_auth(req)
+        body = await req.body(api.max_body)
+        data = await req.json(api.max_body)
+        render = json_render(200)
+
+        def answer(v: object) -> tuple[int, str, bytes]:
+            return render(destinations_json(v))
+
+        apply_destinations_patch(services.links.link_destinations(ctx.project.id),
+                                 data)  # 400s before
+
+        async def run(slot: IdemSlot) -> Response:
+            saved = await services.links.patch_link_destinations(
+                ctx.project.id, lambda now: apply_destinations_patch(now, data),
+                slot.write(answer))
+            return slot.respond(saved, answer)
+
+        return await api.idem.run(req, ctx.scope, body, run)
+
     r = api.router
     r.add("POST", "/v1/sdk/links", sdk_create)
     r.add("POST", "/v1/links", server_create)
@@ -268,3 +312,5 @@ def register(api: Api) -> None:
     r.add("DELETE", "/v1/domains/{domain}", remove_domain)
     r.add("GET", "/v1/platforms", get_platforms)
     r.add("PATCH", "/v1/platforms", patch_platforms)
+    r.add("GET", "/v1/link-destinations", get_destinations)
+    r.add("PATCH", "/v1/link-destinations", patch_destinations)

@@ -28,6 +28,7 @@ import trio
 
 from svc_engine.errors import (
     CallerError,
+    DestinationBlocked,
     MethodNotAllowed,
     Overloaded,
     PayloadTooLarge,
@@ -345,7 +346,7 @@ STORAGE_UNAVAILABLE = ("the service could not store this request right now; retr
 def error_response(error: SvcError) -> Response:
     """The DESIGN.md error body: {"error": {"code", "message"}} with the status."""
     body: dict[str, Any] = {"code": error.code, "message": error.message}
-    if isinstance(error, ValidationError) and error.field:
+    if isinstance(error, ValidationError | DestinationBlocked) and error.field:
         body["field"] = error.field
     headers: list[tuple[bytes, bytes]] = []
     if isinstance(error, RateLimited | Overloaded) or getattr(error, "retry_after", None):

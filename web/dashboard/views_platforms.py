@@ -2,6 +2,13 @@
 the association files they produce. Everyone sees them; owners, admins and
 developers change them (svc_engine/roles.py).
 
+The same page holds the hosts links made with the publishable key may point
+at (``sdkAllowedHosts``, svc_engine/destinations.py): a form of its own,
+one host a line, validated by ``apply_destinations_patch`` and saved with
+``LinksStore.patch_link_destinations``, as ``PATCH /v1/link-destinations``
+does. They are app settings like the others here, so the same roles change
+them.
+
 The form is the ``PATCH /v1/platforms`` body with every field (an empty one
 as null), validated by ``apply_platforms_patch`` and saved with
 ``LinksStore.patch_platforms``, so the rules are the API's. The page shows
@@ -17,6 +24,8 @@ from typing import Any
 from quart import Response, request, url_for
 from quart.typing import ResponseReturnValue
 
+from svc_engine.destinations import FIELD as HOSTS_FIELD
+from svc_engine.destinations import apply_destinations_patch
 from svc_engine.errors import CallerError
 from svc_engine.platforms import (
     Platforms,
@@ -42,19 +51,27 @@ LABELS = {"ios_app_store_id": "the App Store ID", "ios_bundle_id": "the Bundle I
           "ios_team_id": "the Team ID", "ios_scheme": "the iOS URL scheme",
           "android_package": "the package name",
           "android_fingerprints": "the certificate fingerprints",
-          "android_scheme": "the Android URL scheme", "web_fallback": "the web fallback URL"}
+          "android_scheme": "the Android URL scheme", "web_fallback": "the web fallback URL",
+          "sdk_allowed_hosts": "the allowed hosts"}
+HOSTS = "sdk_allowed_hosts"  # the form field of the destination hosts
 
 
 def register(dash: Dashboard) -> None:
     dash.nav.append(NavEntry("Platforms", "platforms", "Build", icon="phone", order=20))
     dash.notices.update({"platforms-saved": "Saved. The association files and the next taps "
-                                            "use the new settings."})
+                                            "use the new settings.",
+                         "destinations-saved": "Saved. Links the app makes from now on are "
+                                               "checked against these hosts."})
     links = dash.services.links
 
     async def platforms_page(viewer: Viewer, *, status: int = 200, error: str | None = None,
                              error_field: str | None = None,
                              values: dict[str, str] | None = None) -> Response:
         current = links.platforms(viewer.project.id) if viewer.project else Platforms()
+        rules = links.link_destinations(viewer.project.id) if viewer.project else None
+        shown = {**form_values(current),
+                 HOSTS: "\n".join(rules.sdk_allowed_hosts) if rules else "",
+                 **(values or {})}
         domains = [dash.services.config.base_url.rstrip("/")]
         if viewer.project is not None:
             domains += [f"https://{d}" for d in links.domains_of(viewer.project.id)]
@@ -64,7 +81,7 @@ def register(dash: Dashboard) -> None:
         return await dash.render(
             "platforms.html", viewer, status=status, error=summary, error_field=error_field,
             field_message=error,
-            values=values if values is not None else form_values(current), current=current,
+            values=shown, current=current,
             aasa=pretty(apple_app_site_association(current)), assetlinks=pretty(
                 assetlinks(current)), hosts=domains, aasa_path=AASA,
             assetlinks_path=ASSETLINKS)
@@ -92,6 +109,23 @@ def register(dash: Dashboard) -> None:
                                     lambda now: apply_platforms_patch(now, patch), None)
         return see_other(url_for("platforms", done="platforms-saved"))
 
+    @dash.page("/dashboard/build/platforms/destinations", Action.PLATFORMS_MANAGE,
+               methods=("POST",), endpoint="save_destinations")
+    async def save_destinations(viewer: Viewer) -> ResponseReturnValue:
+        values = {HOSTS: (await request.form).get(HOSTS, "")}
+        if viewer.project is None:
+            return await platforms_page(viewer, status=400, values=values,
+                                        error="Create a project first.")
+        patch = {HOSTS_FIELD: hosts_of(values[HOSTS])}
+        try:
+            apply_destinations_patch(links.link_destinations(viewer.project.id), patch)
+        except CallerError as e:
+            return await platforms_page(viewer, status=e.status, values=values,
+                                        error=e.message, error_field=HOSTS)
+        await links.patch_link_destinations(
+            viewer.project.id, lambda now: apply_destinations_patch(now, patch), None)
+        return see_other(url_for("platforms", done="destinations-saved"))
+
 
 def form_values(p: Platforms) -> dict[str, str]:
     return {
@@ -114,6 +148,12 @@ def patch_of(values: dict[str, str]) -> dict[str, dict[str, Any]]:
         else:
             body[section][key] = text or None
     return body
+
+
+def hosts_of(text: str) -> list[str]:
+    """The destination hosts of the form: one a line (commas and spaces also
+    separate them); an empty field is the empty list (any host)."""
+    return text.replace(",", " ").split()
 
 
 def field_of(e: CallerError) -> tuple[str | None, str]:
