@@ -57,7 +57,8 @@ from web import export, openapi
 from web.auth import KeyContext
 from web.http import Request, Response, StreamResponse, json_response, refuse_inexact
 from web.idem import IdemSlot, json_render
-from web.openapi import UUID, Schema, op, path_param, query
+from web.openapi import op, path_param, query
+from web.openapi_schemas import INSTALL_ID, UUID, Schema
 
 if TYPE_CHECKING:
     from web.api import Api
@@ -82,7 +83,7 @@ _TOP = query("top", {"type": "integer", "minimum": 1, "maximum": 1000})
 EVENTS_BATCH: Schema = {
     "type": "object", "required": ["installId", "events"],
     "properties": {
-        "installId": UUID,
+        "installId": INSTALL_ID,
         "events": {"type": "array", "minItems": 1, "maxItems": 100, "items": {
             "type": "object", "required": ["id", "name", "occurredAt"],
             "properties": {
@@ -105,6 +106,18 @@ EVENTS_ANSWER: Schema = {
                      "description": "events refused by the rules, in batch order; the "
                                     "others were stored. When every event is refused "
                                     "the answer is 400 for the first."}}}
+_PER_DAY: Schema = {"type": "object", "required": ["total", "byDay"],
+                    "properties": {"total": {"type": "integer"}, "byDay": _COUNTS}}
+
+
+def _metric(*breakdowns: str, **more: Schema) -> Schema:
+    """A metric of a summary: its total, its days, its breakdowns (largest
+    first; with top=N its N largest, the rest in ``omitted``)."""
+    return {**_METRIC, "required": [*_METRIC["required"], *breakdowns, *more],
+            "properties": {**_METRIC["properties"], **dict.fromkeys(breakdowns, _COUNTS),
+                           **more}}
+
+
 SUMMARY: Schema = {
     "type": "object",
     "required": ["from", "to", "mode", "linkId", "clicks", "opens", "handoffOpens",
@@ -112,15 +125,21 @@ SUMMARY: Schema = {
     "properties": {
         "from": _DAY, "to": _DAY, "mode": {"enum": ["test", "live"]},
         "linkId": {"oneOf": [UUID, {"type": "null"}]},
-        "clicks": _METRIC, "opens": _METRIC, "handoffOpens": _METRIC, "installs": _METRIC,
-        "conversions": {**_METRIC, "properties": {
-            **_METRIC["properties"], "byName": _COUNTS,
-            "revenue": {"type": "object", "additionalProperties": {"type": "string"}}}},
+        "clicks": _metric("byPlatform", "byCountry", "byReferrer"),
+        "opens": _metric("byPlatform", "byMethod"),
+        "handoffOpens": {**_PER_DAY, "description": "opens of handoffs (method handoff)"},
+        "installs": _metric("byPlatform", "byConfidence", "byMethod",
+                            unattributed={"type": "integer"}),
+        "conversions": _metric("byName", revenue={
+            "type": "object", "additionalProperties": {"type": "string"},
+            "description": "per currency, an exact decimal string"}),
     },
 }
 FUNNEL: Schema = {"type": "object",
-                  "required": ["linkId", "clicks", "installs", "opens", "conversions"],
-                  "properties": {"linkId": UUID, "clicks": {"type": "integer"},
+                  "required": ["from", "to", "mode", "linkId", "clicks", "installs", "opens",
+                               "conversions"],
+                  "properties": {"from": _DAY, "to": _DAY, "mode": {"enum": ["test", "live"]},
+                                 "linkId": UUID, "clicks": {"type": "integer"},
                                  "installs": {"type": "integer"}, "opens": {"type": "integer"},
                                  "conversions": {"type": "integer"}}}
 _EXPORT = op("Clicks, installs, opens or conversions of a range of days, streamed",
@@ -134,7 +153,9 @@ _EXPORT["responses"]["200"] = {"description": "one record a line", "content": {
 OPENAPI_PATHS: dict[str, dict[str, Any]] = {
     "/v1/sdk/events": {"post": op(
         "Report a batch of 1 to 100 custom events", key="sdk", body=EVENTS_BATCH,
-        answer=EVENTS_ANSWER, errors=(404, 409), write=True)},
+        answer=EVENTS_ANSWER, write=True, rerun_other=True,
+        codes={404: "install_not_found: no install has this installId (its launch "
+                    "report has not been stored)"})},
     "/v1/analytics/summary": {"get": op(
         "Counts of the project, or of one link, over a range of days", key="server",
         answer=SUMMARY, errors=(400, 404), params=(*_RANGE, query("linkId", UUID), _TOP))},
