@@ -46,6 +46,7 @@ import attrs
 
 from svc_engine.decode import RecordError
 from svc_engine.errors import DestinationBlocked, InvalidDomain, ValidationError
+from svc_engine.hosts import ascii_host, distinct
 from svc_engine.link_input import LinkDraft, normalize_domain
 
 FIELD = "sdkAllowedHosts"
@@ -112,14 +113,8 @@ def parse_hosts(value: object) -> tuple[str, ...]:
         return ()
     if not isinstance(value, list | tuple):
         raise ValidationError(f"{FIELD} must be a list of host names", field=FIELD)
-    out: list[str] = []
-    for item in value:
-        entry = host_entry(item)
-        if entry not in out:
-            out.append(entry)
-    if len(out) > HOSTS_MAX:
-        raise ValidationError(f"{FIELD} may hold at most {HOSTS_MAX} hosts", field=FIELD)
-    return tuple(out)
+    return distinct(value, host_entry, most=HOSTS_MAX, field=FIELD,
+                    too_many=f"{FIELD} may hold at most {HOSTS_MAX} hosts")
 
 
 def apply_destinations_patch(current: LinkDestinations, body: object) -> LinkDestinations:
@@ -149,7 +144,7 @@ def destination_host(url: str) -> str | None:
         return None
     host = host.removesuffix(".")
     try:
-        return host if host.isascii() else host.encode("idna").decode("ascii")
+        return ascii_host(host)
     except UnicodeError:
         return None
 

@@ -30,6 +30,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import attrs
 
 from svc_engine.errors import DestinationBlocked, InvalidDomain, ValidationError
+from svc_engine.hosts import ascii_host, distinct
 
 ParamValue = str | int | float | bool
 
@@ -152,7 +153,7 @@ def check_destination_url(value: object, *, field: str) -> str:
         netloc = f"[{host}]"
     else:
         try:
-            netloc = host if host.isascii() else host.encode("idna").decode("ascii")
+            netloc = ascii_host(host)
         except UnicodeError as exc:
             raise ValidationError(f"{field} has an invalid host name", field=field) from exc
         if not _HOST_RE.fullmatch(netloc.removesuffix(".")):
@@ -183,7 +184,7 @@ def normalize_domain(name: object) -> str:
             f"{name!r} is not a domain name; give only the host, e.g. links.example.com"
         )
     try:
-        ascii_name = text if text.isascii() else text.encode("idna").decode("ascii")
+        ascii_name = ascii_host(text)
     except UnicodeError as exc:
         raise InvalidDomain(f"{name!r} is not a valid internationalized domain name") from exc
     try:
@@ -270,16 +271,14 @@ def _tags(value: object) -> tuple[str, ...]:
         return ()
     if not isinstance(value, list | tuple):
         raise ValidationError("tags must be a list of strings", field="tags")
-    out: list[str] = []
-    for item in value:
-        tag = _text(item, field="tags", limit=TAG_MAX) if isinstance(item, str) else None
-        if tag is None:
+    def tag(item: object) -> str:
+        text = _text(item, field="tags", limit=TAG_MAX) if isinstance(item, str) else None
+        if text is None:
             raise ValidationError(f"each tag must be 1 to {TAG_MAX} characters", field="tags")
-        if tag not in out:
-            out.append(tag)
-    if len(out) > TAGS_MAX:
-        raise ValidationError(f"a link may have at most {TAGS_MAX} tags", field="tags")
-    return tuple(out)
+        return text
+
+    return distinct(value, tag, most=TAGS_MAX, field="tags",
+                    too_many=f"a link may have at most {TAGS_MAX} tags")
 
 
 def _expires(value: object, *, now_ms: int) -> int | None:

@@ -34,6 +34,7 @@ import attrs
 
 from svc_engine.decode import RecordError, opt_str, req_int
 from svc_engine.errors import ValidationError
+from svc_engine.hosts import distinct
 from svc_engine.link_input import RESERVED_SLUGS, check_destination_url
 
 _APP_STORE_ID_RE = re.compile(r"[1-9][0-9]{0,14}")
@@ -222,15 +223,8 @@ def _fingerprints(value: object) -> tuple[str, ...]:
         return ()
     if not isinstance(value, list | tuple):
         raise ValidationError(f"{field} must be a list of strings", field=field)
-    out: list[str] = []
-    for item in value:
-        fp = normalize_fingerprint(item)
-        if fp not in out:
-            out.append(fp)
-    if len(out) > FINGERPRINTS_MAX:
-        raise ValidationError(f"{field} may hold at most {FINGERPRINTS_MAX} fingerprints",
-                              field=field)
-    return tuple(out)
+    return distinct(value, normalize_fingerprint, most=FINGERPRINTS_MAX, field=field,
+                    too_many=f"{field} may hold at most {FINGERPRINTS_MAX} fingerprints")
 
 
 def _web_fallback(value: object) -> str | None:

@@ -219,6 +219,17 @@ async def test_events_and_analytics_answer_as_documented(app: App) -> None:
     assert rec.problems == [], "\n".join(rec.problems)
 
 
+async def test_a_param_float_past_64_bits_is_answered_as_documented(app: App) -> None:
+    """``1e20`` is a float the parser keeps, and JSON Schema calls an integer
+    past 64 bits (which a request may not send as an integer): the answers
+    that carry it back (the link, the resolved link) must still fit."""
+    _contract, rec = await contract_of(app)
+    async with rec.client(app, "pk_test") as c:
+        r = await c.post("/v1/sdk/links", json={"path": "/p", "params": {"big": 1e20}})
+    assert r.status_code == 201 and r.json()["params"] == {"big": 1e20}
+    assert rec.problems == [], "\n".join(rec.problems)
+
+
 async def test_limits_answer_as_documented(store: LmdbStore, config: Config) -> None:
     """413, the per-key and per-client rate limits, the link quota and the
     admission cap: each answered as documented, Retry-After included."""

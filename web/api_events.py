@@ -86,6 +86,9 @@ EVENTS_BATCH: Schema = {
         "installId": INSTALL_ID,
         "events": {"type": "array", "minItems": 1, "maxItems": 100, "items": {
             "type": "object", "required": ["id", "name", "occurredAt"],
+            "description": "an event that breaks these rules is left out and listed in "
+                           "the answer's rejected, the others stored (this schema, the "
+                           "stricter side, refuses the whole batch)",
             "properties": {
                 "id": UUID, "name": {"type": "string", "minLength": 1, "maxLength": 100},
                 "properties": {"type": ["object", "null"]},

@@ -129,6 +129,10 @@ PARAM_VALUE: Schema = {
               {"type": "number", "not": {"type": "integer"}}],
     "description": f"a string (at most {PARAM_STR_MAX} characters), a finite number "
                    "(integers within 64 bits) or a boolean"}
+PARAM_VALUE_OUT: Schema = {
+    "anyOf": [{"type": "string"}, {"type": "boolean"}, {"type": "number"}],
+    "description": "as sent: a float such as 1e20 is kept (JSON Schema counts it an "
+                   "integer past 64 bits, which a request may not send as an integer)"}
 _SLUG_WORDS = sorted(w for w in RESERVED_SLUGS if re.fullmatch(r"[A-Za-z0-9_-]+", w))
 LINK_FIELDS: dict[str, Schema] = {
     "path": {"type": "string", "minLength": 1, "maxLength": PATH_MAX,
@@ -189,7 +193,7 @@ SHORT_LINK: Schema = {
     "properties": {
         "id": UUID, "url": {"type": "string", "description": "the short URL"},
         "domain": {"type": "string"}, "slug": {"type": "string"}, "path": {"type": "string"},
-        "params": {"type": "object", "additionalProperties": PARAM_VALUE},
+        "params": {"type": "object", "additionalProperties": PARAM_VALUE_OUT},
         "title": NULLABLE_TEXT, "campaign": NULLABLE_TEXT, "channel": NULLABLE_TEXT,
         "tags": {"type": "array", "items": {"type": "string"}},
         "iosFallbackUrl": NULLABLE_TEXT, "androidFallbackUrl": NULLABLE_TEXT,
@@ -282,7 +286,7 @@ SETTINGS_ANSWER: Schema = _all_of(SETTINGS_FIELDS)
 
 RESOLVED_LINK: Schema = _all_of({
     "linkId": UUID, "url": {"type": "string"}, "path": {"type": "string"},
-    "params": {"type": "object", "additionalProperties": PARAM_VALUE},
+    "params": {"type": "object", "additionalProperties": PARAM_VALUE_OUT},
     "campaign": NULLABLE_TEXT, "channel": NULLABLE_TEXT, "isDeferred": {"type": "boolean"},
     "confidence": {"enum": [c.value for c in Confidence]},
     "method": {"enum": [*(m.value for m in Method), None]},

@@ -1,6 +1,6 @@
 """The webhooks API in the OpenAPI document (registered into web/openapi.py's
 ``EXTRA_PATHS`` when imported; web/api_webhooks.py imports it). Answers are
-svc_engine/webhook_views.py's shapes; tests/test_openapi_contract.py checks
+svc_engine/webhook_views.py's shapes; tests/test_openapi_answers.py checks
 real answers against them."""
 
 from __future__ import annotations
