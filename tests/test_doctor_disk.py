@@ -85,3 +85,28 @@ def test_free_space_is_judged_with_a_remedy(free: int, total: int, verdict: str)
     assert (f.remedy != "") == (verdict != "ok")
     if verdict == "fail":
         assert "every write fails" in f.remedy
+
+
+def test_a_data_dir_others_may_read_is_a_warning_with_the_chmod(tmp_path: Path) -> None:
+    """A data dir made before session 33 (umask 022: 0755 and 0644) or copied
+    with other modes: others could read its webhook signing secrets. A new
+    one (0700, 0600) is ok, and after the remedy's chmod so is the old one."""
+    from storage.lmdb_store import LmdbStore
+    from web.doctor import diagnose
+
+    data = tmp_path / "data"
+    LmdbStore(str(data), map_size=64 << 20).close()
+
+    def permissions() -> tuple[str, str, str]:
+        [f] = [f for f in diagnose(str(data), 0, 64 << 20) if f.check == "permissions"]
+        return f.verdict, f.detail, f.remedy
+
+    assert permissions()[0] == "ok"
+    os.chmod(data, 0o755)
+    os.chmod(data / "data.mdb", 0o644)
+    verdict, detail, remedy = permissions()
+    assert verdict == "warn" and "the data dir" in detail and "data.mdb" in detail
+    assert "lock.mdb" not in detail
+    assert remedy == f"chmod 700 {data} && chmod 600 {data}/*.mdb"
+    os.system(remedy)  # the remedy, as an operator would run it
+    assert permissions()[0] == "ok"

@@ -12,6 +12,11 @@ Checks, each with a verdict (ok, warn, fail) and a remedy:
 - webhook deliveries waiting (Queued, Sending, Retrying) and events in the
   outbox not yet turned into deliveries;
 - whether a bootstrap organization exists;
+- who else may read the data: the data dir and its files should be the
+  service user's alone (0700 and 0600, what `svc serve` creates since
+  session 33), since webhook signing secrets are stored in clear; a data
+  dir made before then, or copied with other modes, is a warning with the
+  `chmod` that fixes it;
 - with ``--disk``, how long the data dir's disk takes to flush (below).
 
 Safe while the service runs: it only reads (one read transaction). With
@@ -47,6 +52,7 @@ WARN_FREE_BYTES = 1 << 30
 WARN_FREE_SHARE = 0.10
 FAIL_FREE_BYTES = 64 << 20
 WAITING = {"Queued", "Sending", "Retrying"}
+DATA_FILES = ("data.mdb", "lock.mdb")
 SLOW_FLUSH_US = 1_000  # one page: then an unloaded durable write takes >2 ms
 SLOW_BATCH_US = 5_000  # 32 scattered pages, about one first launch's commit
 DISK_SINGLES = 50
@@ -82,11 +88,27 @@ def diagnose(path: str, now_ms: int, map_size: int, *, disk: bool = False) -> li
         found = _checks(env, now_ms, map_size)
     finally:
         env.close()
+    found.append(judge_modes(path, {name: os.stat(os.path.join(path, name)).st_mode
+                                    for name in ("", *DATA_FILES)
+                                    if os.path.exists(os.path.join(path, name))}))
     fs = os.statvfs(path)
     found.append(judge_space(free=fs.f_bavail * fs.f_frsize, total=fs.f_blocks * fs.f_frsize))
     if disk:
         found.append(disk_finding(path))
     return found
+
+
+def judge_modes(path: str, modes: dict[str, int]) -> Finding:
+    """The verdict on the permission bits of the data dir (name ``""``) and
+    its files: any bit for the group or others is a warning."""
+    open_to = sorted(name or "the data dir" for name, mode in modes.items()
+                     if mode & 0o077)
+    if not open_to:
+        return Finding("permissions", "ok", "the data dir and its files are the owner's only")
+    return Finding("permissions", "warn",
+                   f"readable or writable by others than its owner: {', '.join(open_to)} "
+                   "(webhook signing secrets are stored in clear)",
+                   f"chmod 700 {path} && chmod 600 {os.path.join(path, '*.mdb')}")
 
 
 def judge_space(*, free: int, total: int) -> Finding:
