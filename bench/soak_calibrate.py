@@ -73,11 +73,11 @@ def calibrate(n: int = 5000) -> list[Table]:
     keys = KeySpace(random.Random(5), pool_addresses=1, pool_user_agents=1)
     keys.set_phase("fresh")
     uas = [keys.user_agent(random.choice(("ios", "android", "desktop"))) for _ in range(n)]
-    useragent.classify.cache_clear()
+    useragent.classified.cache_clear()
     useragent.classify(uas[0])  # the bot pattern and parser built outside the measure
     m = min(n, 2000)
     per_ua = _traced(lambda: [useragent.classify(ua) for ua in uas[1:m + 1]]) / m
-    useragent.classify.cache_clear()
+    useragent.classified.cache_clear()
     tables.append(Table("user-agent verdicts (web/useragent.py classify lru 4096 + "
                         "ua-parser's cache 2000, per user agent)", "user_agents", 4096, per_ua))
 

@@ -366,7 +366,7 @@ def _search_runs(q: str | None) -> list[bytes]:
             elif run:
                 runs.append("".join(run).encode())
                 run = []
-    return runs
+    return list(dict.fromkeys(runs))  # each looked for once in every record
 
 
 def _kept(ch: str) -> bool:

@@ -42,6 +42,13 @@ PARAM_STR_MAX = 1000
 TAGS_MAX = 20
 TAG_MAX = 50
 _INT64 = 2**63
+FILTER_MAX = 200
+"""Characters of a links listing's filter (``campaign``, ``channel``, ``tag``,
+``q``): a search looks for each word of ``q`` in every record it reads, so
+its work grows with the length; 200 is a title's."""
+DOMAIN_TEXT_MAX = 1000
+"""Characters of a domain as sent, before IDNA: its ASCII form is at most 253,
+and a Unicode form is not four times longer but for characters IDNA drops."""
 
 _TEXT_FIELDS: dict[str, tuple[str, int]] = {
     "title": ("title", 200),
@@ -179,6 +186,8 @@ def normalize_domain(name: object) -> str:
         raise InvalidDomain("the domain must be a string such as links.example.com")
     text = name.strip().lower()
     text = text.removesuffix(".")
+    if len(text) > DOMAIN_TEXT_MAX:  # before IDNA, which is linear but slow (µs a character)
+        raise InvalidDomain("a domain name is at most 253 characters")
     if not text or any(ch in text for ch in "/:?#@[]\\ %") or _CONTROL.search(text):
         raise InvalidDomain(
             f"{name!r} is not a domain name; give only the host, e.g. links.example.com"

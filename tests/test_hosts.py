@@ -102,3 +102,19 @@ def test_duplicates_within_the_slack_are_still_dropped() -> None:
     patched = apply_platforms_patch(Platforms(), {"android": {"sha256CertFingerprints":
                                                               [FP, FP.lower()] * 5}})
     assert patched.android.sha256_cert_fingerprints == (FP,)
+
+
+def test_a_huge_domain_is_refused_before_idna(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IDNA costs microseconds a character: a 1 MiB `domain` held the event
+    loop for seconds before its length was checked."""
+    from svc_engine import link_input
+
+    calls: list[str] = []
+    monkeypatch.setattr(link_input, "ascii_host",
+                        lambda name: calls.append(name) or ascii_host(name))
+    for huge in ("a" * 1_000_000 + "ü", "ü" * 512_000, "x." * 600):
+        with pytest.raises(InvalidDomain, match="at most 253"):
+            normalize_domain(huge)
+    assert calls == []
+    assert normalize_domain("go.bücher.example") == "go.xn--bcher-kva.example"
+    assert calls == ["go.bücher.example"]

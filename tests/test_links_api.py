@@ -304,3 +304,17 @@ async def test_an_empty_filter_lists_every_link(app: App) -> None:
             listed = (await c.get("/v1/links", params={blank: ""})).json()
             assert len(listed["data"]) == 3, blank
         assert len((await c.get("/v1/links", params={"campaign": "autumn"})).json()["data"]) == 0
+
+
+async def test_a_listing_filter_longer_than_any_stored_text_is_refused(app: App) -> None:
+    """A search looks for every word of ``q`` in each record it reads (up to
+    5,000): a 16 KiB ``q`` of one-letter words held a read thread for
+    seconds. 200 characters is a title's; longer is 400 naming the filter."""
+    async with app.client("sk_test") as c:
+        await c.post("/v1/links", json={"path": "/p", "title": "t" * 200})
+        ok = await c.get("/v1/links", params={"q": "t" * 200})
+        assert ok.status_code == 200 and len(ok.json()["data"]) == 1
+        for name in ("q", "campaign", "channel", "tag"):
+            r = await c.get("/v1/links", params={name: "a " * 100 + "b"})
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["field"] == name

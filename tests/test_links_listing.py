@@ -149,6 +149,7 @@ def test_the_searches_bytes_cannot_judge_are_decided_by_the_fields(
     ("caf\u00e9 bar", [b"caf", b"bar"]),                # é may be É in the record
     ("\u65e5\u672c 2026", ["\u65e5\u672c".encode(), b"2026"]),  # 日本 is 日本 there
     ("\u00e9\u00e9", []), ("", []), ("   ", []),
+    ("a b a b a", [b"a", b"b"]),  # each looked for once: a long search repeats its words
 ])
 def test_what_a_search_looks_for_in_the_bytes(query: str, runs: list[bytes]) -> None:
     assert links_store._search_runs(query) == runs

@@ -16,7 +16,7 @@ import crawleruseragents
 import pytest
 
 from svc_engine.redirect import Client, Platform
-from web.useragent import classify, is_bot, prepare
+from web.useragent import USER_AGENT_MAX, classified, classify, is_bot, prepare
 
 IOS = Platform.IOS
 ANDROID = Platform.ANDROID
@@ -162,8 +162,11 @@ def test_bots_and_preview_crawlers(ua: str, platform: Platform) -> None:
 ])
 def test_a_made_up_version_too_long_for_int_is_no_version(ua: str, os_major: int | None) -> None:
     """A tap's user agent is the sender's to write: a version of 5,000 digits
-    is past what int() converts (it made the tap a 500); it is no version."""
-    client = classify(ua)
+    is past what int() converts (it made the tap a 500); it is no version.
+    (``classify`` now calls so long a user agent a bot before parsing it; the
+    parsing is held to the rule on its own.)"""
+    assert classify(ua).is_bot
+    client = classified(ua)
     assert client.os_major == os_major and not client.is_bot
 
 
@@ -191,7 +194,26 @@ def test_results_are_cached() -> None:
     prepare()
     ua = PEOPLE[0][1]
     first = classify(ua)
-    hits = classify.cache_info().hits
+    hits = classified.cache_info().hits
     assert classify(ua) is first
-    assert classify.cache_info().hits == hits + 1
-    assert classify.cache_info().maxsize == 4096
+    assert classified.cache_info().hits == hits + 1
+    assert classified.cache_info().maxsize == 4096
+
+
+def test_a_user_agent_longer_than_any_browser_s_is_a_bot_and_not_cached() -> None:
+    """No browser sends more than a few hundred characters; a 16 KiB one of
+    repeated "Spiders" made three crawler patterns (``[\\s\\S]*``) take time
+    quadratic in its length on the event loop, and each such string stayed
+    in the cache. Now it is a bot on desktop at once, the pattern and the
+    cache untouched."""
+    prepare()
+    real = PEOPLE[0][1]
+    at_limit = real + " " * (USER_AGENT_MAX - len(real))
+    assert classify(at_limit) == classify(real)  # classified (trailing spaces: the same)
+    before = classified.cache_info()
+    for word in ("Spiders", "Spider", "Current"):
+        huge = (word * (16_000 // len(word)))[:16_000]
+        assert classify(huge) == Client(Platform.DESKTOP, None, is_bot=True)
+        assert classify(real + "x" * USER_AGENT_MAX).is_bot
+    after = classified.cache_info()
+    assert (after.hits, after.misses) == (before.hits, before.misses)

@@ -33,6 +33,7 @@ from svc_engine.destinations import (
 )
 from svc_engine.errors import InvalidDomain, SlugTaken, ValidationError
 from svc_engine.ids import is_uuid, new_id
+from svc_engine.link_input import FILTER_MAX
 from svc_engine.links import (
     Link,
     apply_link_patch,
@@ -54,6 +55,9 @@ if TYPE_CHECKING:
 
 MAX_PAGE = 100
 RANDOM_SLUG_DRAWS = 3
+
+
+FILTERS = ("campaign", "channel", "tag", "q")
 
 
 def register(api: Api) -> None:
@@ -119,6 +123,9 @@ def register(api: Api) -> None:
     async def list_links(req: Request) -> Response:
         ctx = api.server_auth(req)
         q = req.query()
+        for name in FILTERS:  # no stored text is longer; a search's work grows with it
+            if len(q.get(name) or "") > FILTER_MAX:
+                raise ValidationError(f"{name} is at most {FILTER_MAX} characters", field=name)
         try:
             limit = int(q.get("limit", "50"))
         except ValueError:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from svc_engine.link_input import FILTER_MAX
 from svc_engine.links import default_domain
 from web.openapi_schemas import (
     CLAIM,
@@ -198,9 +199,9 @@ PATHS: dict[str, dict[str, Any]] = {
                   "filtered page may be short or empty with a nextCursor to go on from",
                   key="server", answer=LINK_PAGE, errors=(400,), params=(
             query("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
-            query("cursor", {"type": "string"}), query("campaign", {"type": "string"}),
-            query("channel", {"type": "string"}), query("tag", {"type": "string"}),
-            query("q", {"type": "string"})))},
+            query("cursor", {"type": "string"}),
+            *(query(name, {"type": "string", "maxLength": FILTER_MAX})
+              for name in ("campaign", "channel", "tag", "q"))))},
     "/v1/links/{id}": {
         "get": op("One link", key="server", answer=SHORT_LINK, codes={**ID_400, **LINK_404},
                   params=(LINK_ID,)),

@@ -19,7 +19,8 @@ Decisions:
   browsers on iOS 26 or later still report 18.
 - An empty or missing user agent is a bot on ``desktop``: every browser sends
   one, scripts and link checkers often do not, and counting them would inflate
-  clicks and mint tokens nobody uses.
+  clicks and mint tokens nobody uses. So is one longer than
+  ``USER_AGENT_MAX`` (no browser's is; see there).
 - ua-parser's own "Spider" device verdict is not used: its generic rules flag
   words such as "WordPress" or "Kraken" that appear in real people's browsers.
 
@@ -127,11 +128,27 @@ def _ios_major(
     return max(known) if known else None
 
 
-@functools.lru_cache(maxsize=4096)
+USER_AGENT_MAX = 2048
+r"""Characters of the longest user agent classified: browsers send 100 to 500.
+A longer one is a bot's: the crawler patterns with ``[\s\S]*`` take time
+quadratic in the length (a 16 KiB one made of "Spiders" took 140 ms of the
+event loop a tap), and the cache would keep every such string."""
+_NO_BROWSER = Client(Platform.DESKTOP, None, is_bot=True)
+
+
 def classify(user_agent: str | None) -> Client:
     """The ``Client`` for a User-Agent header value (None when absent)."""
-    if not user_agent or not user_agent.strip():
-        return Client(Platform.DESKTOP, None, is_bot=True)
+    if not user_agent or len(user_agent) > USER_AGENT_MAX:
+        return _NO_BROWSER
+    return classified(user_agent)
+
+
+@functools.lru_cache(maxsize=4096)
+def classified(user_agent: str) -> Client:
+    """``classify`` of a user agent of at most ``USER_AGENT_MAX`` characters,
+    cached."""
+    if not user_agent.strip():
+        return _NO_BROWSER
     result = ua_parser.parser(user_agent, ua_parser.Domain.OS | ua_parser.Domain.USER_AGENT)
     os = result.os
     family = os.family if os is not None else "Other"
@@ -147,7 +164,7 @@ def classify(user_agent: str | None) -> Client:
 def prepare() -> None:
     """Load the parser's rules and compile the bot pattern now, not on first use."""
     _bots()
-    classify.cache_clear()
+    classified.cache_clear()
     classify("Mozilla/5.0 (iPhone; CPU iPhone OS 18_6 like Mac OS X) AppleWebKit/605.1.15 "
              "(KHTML, like Gecko) Version/26.0 Mobile/15E148 Safari/604.1")
-    classify.cache_clear()
+    classified.cache_clear()
