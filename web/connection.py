@@ -15,7 +15,9 @@ when over capacity and done the TLS handshake):
    head and a body that arrives with it go out in one write.
 4. If the client's body was not read to the end, or either side asked to
    close, the connection closes (after a bounded drain); otherwise the next
-   request is read from the same connection.
+   request is read from the same connection. A body the application did not
+   read is skipped only as far as it is already buffered, and a chunked one
+   only within ``SKIP_EVENTS`` of h11's events; else the connection closes.
 5. A write of the answer that the client does not take within
    ``send_timeout_s`` (it stopped reading: a stalled export, a peer gone
    without a reset) ends the connection: the server's watch
@@ -42,6 +44,23 @@ one, else chunked (HTTP/1.1) or until close (HTTP/1.0); no body for HEAD,
 header name or value holding CR, LF or NUL is refused (500) rather than
 written. With h11 not told of the response, a request h11 parses gets an
 ``h11.Connection`` of its own.
+
+Chunked bodies: h11 hands over one event per chunk, about 5 µs of the one
+event loop each, and the application's body limit (SVC_MAX_BODY_BYTES,
+web/http.py) counts payload only, so a body sent in 1-byte chunks would cost
+its reader seconds for a megabyte. The server does not know that limit (it
+is the application's, per route), so it bounds the framing by the payload
+instead: a body may come in at most ``CHUNK_FLOOR`` chunks plus one per
+``CHUNK_BYTES`` bytes of payload, and its bytes on the wire (sizes,
+extensions, line ends) may be at most twice its payload plus
+``WIRE_SLACK``. A body over either bound is answered ``413
+payload_too_large`` by the connection itself (``connection: close``) and
+``receive`` raises ``PayloadTooLarge``, as ``Request.body`` does for a body
+over the limit: the loop time a body costs is thus proportional to the
+payload the application allows. Reading one yields to the other tasks every
+``CHECKPOINT_CHUNKS`` chunks, so no body holds the loop for more than a few
+milliseconds at a time. Requests without a body, and bodies with a
+``content-length`` read here, do none of this.
 """
 
 from __future__ import annotations
@@ -57,7 +76,7 @@ import h11
 import orjson
 import trio
 
-from svc_engine.errors import HeadersTooLarge
+from svc_engine.errors import HeadersTooLarge, PayloadTooLarge
 from web.http import CLIENT_GONE
 from web.logs import loggable
 from web.request_head import BODY_EXTENSION, Head, head_end, parse_head
@@ -76,6 +95,13 @@ DRAIN_LIMIT = 1 << 20
 ASGI = {"version": "3.0", "spec_version": "2.3"}
 CLOSED = CLIENT_GONE  # what sending or receiving raises once the client is gone
 SEND_PIECE = 65536  # the most one timed write carries
+# a chunked body (module docstring): chunks allowed, whatever the payload,
+# and one more per this many bytes of payload
+CHUNK_FLOOR = 1024
+CHUNK_BYTES = 256
+WIRE_SLACK = 2 * RECEIVE_SIZE  # framing bytes beyond the payload's, one read past the body
+CHECKPOINT_CHUNKS = 256  # about 1-3 ms of h11's work between two turns of the others
+SKIP_EVENTS = 64  # the most h11 events spent skipping a body nobody reads
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 
@@ -99,7 +125,8 @@ _INTERNAL = b'{"error":{"code":"internal_error","message":"internal error; it ha
 
 class Connection:
     """One client connection: the bytes read ahead, the current request's
-    body state (``body_left``, or ``h11`` for a request h11 parses) and its
+    body state (``body_left``, or ``h11`` for a request h11 parses, with what
+    its body has cost: ``chunks``, ``payload`` and ``wire`` bytes) and its
     ASGI bridge."""
 
     def __init__(self, server: HttpServer, stream: trio.abc.Stream,
@@ -111,6 +138,10 @@ class Connection:
         self.eof = False  # the client closed its side
         self.h11: h11.Connection | None = None
         self.body_left = 0
+        self.chunks = 0  # of the body h11 reads: chunks begun, payload and wire bytes
+        self.payload = 0
+        self.wire = 0
+        self.body_refused = False  # answered 413 for its framing (module docstring)
         self.client = client
         self.addr = addr
         self.limit = server.settings.max_header_bytes
@@ -168,6 +199,8 @@ class Connection:
     async def _h11_head(self) -> Head | None:
         """Hand the buffered bytes to h11 for this request."""
         self.h11 = conn = self._new_h11()
+        self.chunks = self.payload = self.wire = 0
+        self.body_refused = False
         if self.pending:
             conn.receive_data(bytes(self.pending))
             self.pending.clear()
@@ -249,8 +282,9 @@ class Connection:
     def _skip_buffered_body(self) -> bool:
         """The response is out: consume what is buffered of a body the
         application did not read, without waiting, and take back from h11
-        the bytes after its request. False when the body is not all here
-        (the connection then closes after a bounded drain)."""
+        the bytes after its request. False when the body is not all here, or
+        takes h11 more than ``SKIP_EVENTS`` events (the connection then
+        closes after a bounded drain)."""
         conn = self.h11
         if conn is None:
             skip = min(self.body_left, len(self.pending))
@@ -259,8 +293,9 @@ class Connection:
                 self.body_left -= skip
             return self.body_left == 0
         try:
-            while type(conn.next_event()) is h11.Data:
-                pass
+            for _ in range(SKIP_EVENTS):  # more: not worth the loop's time, close
+                if type(conn.next_event()) is not h11.Data:
+                    break
         except h11.RemoteProtocolError:
             pass
         if conn.their_state is h11.SEND_BODY:
@@ -302,6 +337,8 @@ class Connection:
         except CLOSED:
             return False
         except Exception:
+            if self.body_refused:  # receive's PayloadTooLarge let through: answered already
+                return self.complete  # then closed after a drain, as for any unread body
             log.exception("the application failed on %s %s", scope["method"],
                           loggable(scope["path"]))
             if self.head_sent or self.complete:
@@ -369,9 +406,22 @@ class Connection:
                 if event is h11.NEED_DATA:
                     if chunks:
                         break
-                    conn.receive_data(bytes(await self.stream.receive_some(RECEIVE_SIZE)))
+                    read = await self.stream.receive_some(RECEIVE_SIZE)
+                    self.wire += len(read)
+                    if self.wire > 2 * self.payload + WIRE_SLACK:
+                        await self._refuse_body("the request body's chunk framing is too large")
+                    conn.receive_data(bytes(read))
                 elif type(event) is h11.Data:
-                    chunks.append(bytes(event.data))
+                    data = event.data
+                    chunks.append(bytes(data))
+                    self.payload += len(data)
+                    if event.chunk_start:
+                        self.chunks += 1
+                        if self.chunks > CHUNK_FLOOR + self.payload // CHUNK_BYTES:
+                            await self._refuse_body(
+                                "the request body came in too many small chunks")
+                        if not self.chunks % CHECKPOINT_CHUNKS:
+                            await trio.lowlevel.checkpoint()
                 elif type(event) is h11.EndOfMessage:
                     self.body_done = True
                     break
@@ -381,6 +431,23 @@ class Connection:
             return self._disconnect()
         return {"type": "http.request", "body": b"".join(chunks),
                 "more_body": not self.body_done}
+
+    async def _refuse_body(self, message: str) -> None:
+        """A chunked body over the framing bounds (module docstring): answer
+        413 unless an answer has begun, and raise ``PayloadTooLarge`` to the
+        application (its answer is then not sent: this one is complete).
+        The connection closes after it."""
+        self.body_refused = True
+        self.body_done = True
+        self.keep_alive = False
+        if not self.head_sent and not self.complete:
+            body = orjson.dumps({"error": {"code": PayloadTooLarge.code, "message": message}})
+            self.started = None
+            await self._send({"type": "http.response.start", "status": PayloadTooLarge.status,
+                              "headers": [(b"content-type", b"application/json"),
+                                          (b"content-length", b"%d" % len(body))]})
+            await self._send({"type": "http.response.body", "body": body})
+        raise PayloadTooLarge(message)
 
     async def _receive_counted(self) -> Message:
         """The next piece of a ``content-length`` body: what is buffered, else
