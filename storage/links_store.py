@@ -9,6 +9,7 @@ same transaction that stores the link, so neither can be raced past.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import attrs
 import cbor2
@@ -23,6 +24,8 @@ from svc_engine.keys import Mode
 from svc_engine.links import Link
 from svc_engine.platforms import Platforms
 from svc_engine.store import IdemWrite
+
+S = TypeVar("S", Platforms, LinkDestinations)  # a project's setting record
 
 _ORG_LINKS = b"org_links:"  # meta counter: live (not deleted) links per organization
 LIST_SCAN_CAP = 5_000
@@ -135,17 +138,18 @@ class LinksStore:
         return [k[len(pid):].decode() for k, _ in self.store.scan(b"domains_by_project", pid)]
 
     def platforms(self, project_id: str) -> Platforms:
-        with self.store.read() as txn:
-            raw = txn.get(layout.uid(project_id), db=self._platforms)
-        return self.store.cache.decode(Platforms, bytes(raw)) if raw is not None else Platforms()
+        return self._setting(self._platforms, Platforms, project_id)
 
     def link_destinations(self, project_id: str) -> LinkDestinations:
         """The project's destination rules; a project that never set them
         (every project before session 34) has the empty list: any host."""
+        return self._setting(self._destinations, LinkDestinations, project_id)
+
+    def _setting(self, db: Any, cls: type[S], project_id: str) -> S:
+        """A project's record of ``cls`` in ``db``; ``cls()`` when none is stored."""
         with self.store.read() as txn:
-            raw = txn.get(layout.uid(project_id), db=self._destinations)
-        return (self.store.cache.decode(LinkDestinations, bytes(raw)) if raw is not None
-                else LinkDestinations())
+            raw = txn.get(layout.uid(project_id), db=db)
+        return self.store.cache.decode(cls, bytes(raw)) if raw is not None else cls()
 
     def org_link_count(self, org_id: str) -> int:
         with self.store.read() as txn:
@@ -315,31 +319,25 @@ class LinksStore:
 
     async def patch_platforms(self, project_id: str, patch: Callable[[Platforms], Platforms],
                               idem: IdemWrite | None) -> Platforms:
-        """``patch`` applied to the stored platforms inside the write (a patch
-        read outside it would undo another one committed between)."""
-        def op(txn: lmdb.Transaction) -> Platforms:
-            key = layout.uid(project_id)
-            raw = txn.get(key, db=self._platforms)
-            platforms = patch(decode(Platforms, bytes(raw)) if raw is not None else Platforms())
-            txn.put(key, encode(platforms), db=self._platforms)
-            self.store.record_response(txn, idem, platforms)
-            return platforms
-
-        return await self.store.write(op)  # type: ignore[no-any-return]
+        return await self._patch_setting(self._platforms, Platforms, project_id, patch, idem)
 
     async def patch_link_destinations(
             self, project_id: str, patch: Callable[[LinkDestinations], LinkDestinations],
             idem: IdemWrite | None) -> LinkDestinations:
-        """``patch`` applied to the stored rules inside the write, as
-        ``patch_platforms`` does."""
-        def op(txn: lmdb.Transaction) -> LinkDestinations:
+        return await self._patch_setting(self._destinations, LinkDestinations, project_id,
+                                         patch, idem)
+
+    async def _patch_setting(self, db: Any, cls: type[S], project_id: str,
+                             patch: Callable[[S], S], idem: IdemWrite | None) -> S:
+        """``patch`` applied to the project's stored record inside the write (a
+        patch read outside it would undo another one committed between)."""
+        def op(txn: lmdb.Transaction) -> S:
             key = layout.uid(project_id)
-            raw = txn.get(key, db=self._destinations)
-            rules = patch(decode(LinkDestinations, bytes(raw)) if raw is not None
-                          else LinkDestinations())
-            txn.put(key, encode(rules), db=self._destinations)
-            self.store.record_response(txn, idem, rules)
-            return rules
+            raw = txn.get(key, db=db)
+            record = patch(decode(cls, bytes(raw)) if raw is not None else cls())
+            txn.put(key, encode(record), db=db)
+            self.store.record_response(txn, idem, record)
+            return record
 
         return await self.store.write(op)  # type: ignore[no-any-return]
 

@@ -109,11 +109,8 @@ def host_entry(value: object) -> str:
 
 def parse_hosts(value: object) -> tuple[str, ...]:
     """A whole list as sent (null is the empty list)."""
-    if value is None:
-        return ()
-    if not isinstance(value, list | tuple):
-        raise ValidationError(f"{FIELD} must be a list of host names", field=FIELD)
     return distinct(value, host_entry, most=HOSTS_MAX, field=FIELD,
+                    not_a_list=f"{FIELD} must be a list of host names",
                     too_many=f"{FIELD} may hold at most {HOSTS_MAX} hosts")
 
 

@@ -52,11 +52,15 @@ def ascii_host(name: str) -> str:
         return name.encode("idna").decode("ascii")
 
 
-def distinct(value: list[object] | tuple[object, ...],
-             item: Callable[[object], T], *, most: int, field: str,
-             too_many: str) -> tuple[T, ...]:
-    """``item`` of every element, duplicates dropped, at most ``most``;
-    ``ValidationError(too_many)`` naming ``field`` past it."""
+def distinct(value: object, item: Callable[[object], T], *, most: int, field: str,
+             not_a_list: str, too_many: str) -> tuple[T, ...]:
+    """``item`` of every element of the JSON list ``value`` (null: none),
+    duplicates dropped, at most ``most``; ``ValidationError`` naming ``field``
+    with ``not_a_list`` or ``too_many``."""
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise ValidationError(not_a_list, field=field)
     if len(value) > SLACK * most:
         raise ValidationError(too_many, field=field)
     seen: dict[T, None] = {}

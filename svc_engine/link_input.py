@@ -276,10 +276,6 @@ def _params(value: object) -> dict[str, ParamValue]:
 
 
 def _tags(value: object) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list | tuple):
-        raise ValidationError("tags must be a list of strings", field="tags")
     def tag(item: object) -> str:
         text = _text(item, field="tags", limit=TAG_MAX) if isinstance(item, str) else None
         if text is None:
@@ -287,6 +283,7 @@ def _tags(value: object) -> tuple[str, ...]:
         return text
 
     return distinct(value, tag, most=TAGS_MAX, field="tags",
+                    not_a_list="tags must be a list of strings",
                     too_many=f"a link may have at most {TAGS_MAX} tags")
 
 

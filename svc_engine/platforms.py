@@ -219,11 +219,8 @@ def normalize_fingerprint(value: object) -> str:
 
 def _fingerprints(value: object) -> tuple[str, ...]:
     field = "android.sha256CertFingerprints"
-    if value is None:
-        return ()
-    if not isinstance(value, list | tuple):
-        raise ValidationError(f"{field} must be a list of strings", field=field)
     return distinct(value, normalize_fingerprint, most=FINGERPRINTS_MAX, field=field,
+                    not_a_list=f"{field} must be a list of strings",
                     too_many=f"{field} may hold at most {FINGERPRINTS_MAX} fingerprints")
 
 

@@ -57,7 +57,7 @@ def test_destination_urls_custom_domains_and_allowed_hosts_agree_with_browsers()
 
 def test_distinct_keeps_the_first_of_each_in_order() -> None:
     assert distinct(["b", "a", "b", "c", "a"], str, most=3,
-                    field="f", too_many="many") == ("b", "a", "c")
+                    field="f", not_a_list="list", too_many="many") == ("b", "a", "c")
 
 
 def test_distinct_stops_at_the_first_item_past_the_limit() -> None:
@@ -70,13 +70,16 @@ def test_distinct_stops_at_the_first_item_past_the_limit() -> None:
         return x
 
     with pytest.raises(ValidationError) as info:
-        distinct(list(range(SLACK * 5)), item, most=5, field="f", too_many="at most 5")
+        distinct(list(range(SLACK * 5)), item, most=5, field="f", not_a_list="",
+                 too_many="at most 5")
     assert len(seen) == 6 and info.value.field == "f"
     seen.clear()
     with pytest.raises(ValidationError):  # longer than SLACK times the limit: none checked
-        distinct([1] * (SLACK * 5 + 1), item, most=5, field="f", too_many="at most 5")
+        distinct([1] * (SLACK * 5 + 1), item, most=5, field="f", not_a_list="",
+                 too_many="at most 5")
     assert seen == []
-    assert distinct([1] * (SLACK * 5), item, most=5, field="f", too_many="x") == (1,)
+    assert distinct([1] * (SLACK * 5), item, most=5, field="f", not_a_list="",
+                    too_many="x") == (1,)
 
 
 @pytest.mark.parametrize("parse", [

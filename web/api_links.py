@@ -24,7 +24,8 @@ not (the team is trusted).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from svc_engine.destinations import (
     LinkDestinations,
@@ -46,16 +47,18 @@ from svc_engine.links import (
 )
 from svc_engine.plans import QUOTAS
 from svc_engine.platforms import Platforms, apply_platforms_patch
+from svc_engine.store import IdemWrite
 from web.auth import KeyContext
 from web.http import Request, Response, json_response
 from web.idem import IdemSlot, Render, json_render
+from web.router import Handler
 
 if TYPE_CHECKING:
     from web.api import Api
 
 MAX_PAGE = 100
 RANDOM_SLUG_DRAWS = 3
-
+Setting = TypeVar("Setting", Platforms, LinkDestinations)  # a project's settings record
 
 FILTERS = ("campaign", "channel", "tag", "q")
 
@@ -249,63 +252,45 @@ def register(api: Api) -> None:
 
         return await api.idem.run(req, ctx.scope, body, run)
 
-    # -- platforms -----------------------------------------------------------------
+    # -- project settings: platforms, link destinations -------------------------------
 
-    def platforms_json(value: object) -> object:
-        assert isinstance(value, Platforms)
-        return value.to_json()
-
-    async def get_platforms(req: Request) -> Response:
-        ctx = api.server_auth(req)
-        return json_response(200, services.links.platforms(ctx.project.id).to_json())
-
-    async def patch_platforms(req: Request) -> Response:
-        ctx = api.server_auth(req)
-        body = await req.body(api.max_body)
-        data = await req.json(api.max_body)
+    def setting_routes(read: Callable[[str], Setting], apply: Callable[[Setting, object], Setting],
+                       save: Callable[[str, Callable[[Setting], Setting], IdemWrite | None],
+                                      Awaitable[Setting]],
+                       ) -> tuple[Handler, Handler]:
+        """GET and PATCH of a project's settings record: ``read`` it, ``apply``
+        a body to it (400s before the Idempotency-Key is used; again inside
+        the write, on what is stored then) and ``save`` it."""
         render = json_render(200)
 
         def answer(v: object) -> tuple[int, str, bytes]:
-            return render(platforms_json(v))
+            assert isinstance(v, Platforms | LinkDestinations)
+            return render(v.to_json())
 
-        apply_platforms_patch(services.links.platforms(ctx.project.id), data)  # 400s before
+        async def get(req: Request) -> Response:
+            ctx = api.server_auth(req)
+            return json_response(200, read(ctx.project.id).to_json())
 
-        async def run(slot: IdemSlot) -> Response:
-            saved = await services.links.patch_platforms(
-                ctx.project.id, lambda now: apply_platforms_patch(now, data), slot.write(answer))
-            return slot.respond(saved, answer)
+        async def patch(req: Request) -> Response:
+            ctx = api.server_auth(req)
+            body = await req.body(api.max_body)
+            data = await req.json(api.max_body)
+            apply(read(ctx.project.id), data)  # 400s before
 
-        return await api.idem.run(req, ctx.scope, body, run)
+            async def run(slot: IdemSlot) -> Response:
+                saved = await save(ctx.project.id, lambda now: apply(now, data),
+                                   slot.write(answer))
+                return slot.respond(saved, answer)
 
-    # -- link destinations ---------------------------------------------------------
+            return await api.idem.run(req, ctx.scope, body, run)
 
-    def destinations_json(value: object) -> object:
-        assert isinstance(value, LinkDestinations)
-        return value.to_json()
+        return get, patch
 
-    async def get_destinations(req: Request) -> Response:
-        ctx = api.server_auth(req)
-        return json_response(200, services.links.link_destinations(ctx.project.id).to_json())
-
-    async def patch_destinations(req: Request) -> Response:
-        ctx = api.server_auth(req)
-        body = await req.body(api.max_body)
-        data = await req.json(api.max_body)
-        render = json_render(200)
-
-        def answer(v: object) -> tuple[int, str, bytes]:
-            return render(destinations_json(v))
-
-        apply_destinations_patch(services.links.link_destinations(ctx.project.id),
-                                 data)  # 400s before
-
-        async def run(slot: IdemSlot) -> Response:
-            saved = await services.links.patch_link_destinations(
-                ctx.project.id, lambda now: apply_destinations_patch(now, data),
-                slot.write(answer))
-            return slot.respond(saved, answer)
-
-        return await api.idem.run(req, ctx.scope, body, run)
+    get_platforms, patch_platforms = setting_routes(
+        services.links.platforms, apply_platforms_patch, services.links.patch_platforms)
+    get_destinations, patch_destinations = setting_routes(
+        services.links.link_destinations, apply_destinations_patch,
+        services.links.patch_link_destinations)
 
     r = api.router
     r.add("POST", "/v1/sdk/links", sdk_create)

@@ -15,7 +15,6 @@ drops it, and the real tap comes here afresh.
 from __future__ import annotations
 
 import pathlib
-from typing import Literal
 
 import attrs
 import jinja2
@@ -86,15 +85,9 @@ class Redirector:
         platforms = services.links.platforms(link.project_id)
         facts = self.facts.of(req, want_net_hash=settings.probabilistic_ip_matching)
         client = Client(platform=Platform(facts.platform), os_major=facts.os_major,
-                        is_bot=facts.is_bot)
-        method: Literal["GET", "HEAD"] = "GET" if req.method == "GET" else "HEAD"
-        decision = decide(link, client, method=method, settings=settings,
-                          platforms=platforms, now_ms=now)
-        if decision.record_click and is_prefetch(req):
-            # Read only for a tap that counts; decided again, as a prefetch
-            # (rule 9 of svc_engine/redirect.py): a 503, nothing stored.
-            decision = decide(link, attrs.evolve(client, is_prefetch=True), method=method,
-                              settings=settings, platforms=platforms, now_ms=now)
+                        is_bot=facts.is_bot, is_prefetch=is_prefetch(req))
+        decision = decide(link, client, method="GET" if req.method == "GET" else "HEAD",
+                          settings=settings, platforms=platforms, now_ms=now)
         if (decision.record_click and not decision.needs_token
                 and _LANDING_MARK in req.query_string):
             # The 'Continue in app' page's own button (no custom scheme) or app
