@@ -53,9 +53,17 @@ thousand times a second, so its check exists twice over the same rules:
   So sorting costs the fast path nothing: it is not touched, and a batch it
   vouches for only carries an empty ``rejected`` along.
 
-The limits both checks apply, :data:`EncodeAll` and :func:`too_deep` live in
-``event_columns`` (which must not import this module) and are re-exported
-here.
+The limits both checks apply, :data:`EncodeAll`, :func:`too_deep` and
+:func:`text_too_deep` live in ``event_columns`` (which must not import this
+module) and are re-exported here.
+
+``properties`` is encoded before anything else is judged of it, by the
+encoder in C, and its nesting measured on that text (``text_too_deep``; on
+the standard library's escaped text when the encoder refuses it), so an
+event whose properties are far over the limits (a MiB of ``[]``) costs a
+few C passes, not a Python step per value (twice, before the size was
+measured). The error is the first rule broken in this order, as before: not
+an object, nested too deep, not encodable, too large.
 
 tests/test_event_batch.py holds the two to the same answers over generated
 batches, and the reference to judging each event alone.
@@ -75,7 +83,9 @@ from svc_engine.event_columns import EVENT_NAME_MAX as EVENT_NAME_MAX
 from svc_engine.event_columns import PROPERTIES_MAX_BYTES as PROPERTIES_MAX_BYTES
 from svc_engine.event_columns import PROPERTIES_MAX_DEPTH as PROPERTIES_MAX_DEPTH
 from svc_engine.event_columns import EncodeAll as EncodeAll
-from svc_engine.event_columns import Rows, fast_rows, too_deep
+from svc_engine.event_columns import Rows, fast_rows
+from svc_engine.event_columns import text_too_deep as text_too_deep
+from svc_engine.event_columns import too_deep as too_deep
 from svc_engine.ids import is_uuid
 from svc_engine.sdk_requests import json_object, parse_timestamp_ms, uuid4_field
 
@@ -245,9 +255,7 @@ def _event(item: object, index: int, encode_all: EncodeAll,
     properties = item.get("properties")
     if properties is None:
         properties = {}
-    encoded = _properties_json(properties, encode_all)
-    if encoded is None:
-        encoded = _check_properties(properties, f"events[{index}].properties", encode_all)
+    encoded = _properties_json(properties, index, encode_all)
     occurred = item.get("occurredAt")
     occurred_ms = parse_timestamp_ms(occurred) if isinstance(occurred, str) else None
     if occurred_ms is None:
@@ -277,29 +285,50 @@ def is_text(value: str) -> bool:
     return True
 
 
-def _properties_json(value: object, encode_all: EncodeAll) -> bytes | None:
-    """The common case of :func:`_check_properties`, without building a field
-    name: the encoded value, or None to let ``_check_properties`` report."""
-    if not isinstance(value, dict) or too_deep(value, PROPERTIES_MAX_DEPTH):
-        return None
-    try:
-        (encoded,) = encode_all([value])
-    except (TypeError, ValueError):
-        return None
-    return encoded if len(encoded) <= PROPERTIES_MAX_BYTES else None
+def _properties_json(value: object, index: int, encode_all: EncodeAll) -> bytes:
+    """``properties`` (``{}`` for absent) as the encoder gives it, or
+    ValidationError for the first of its rules it breaks: a JSON object,
+    nested at most :data:`PROPERTIES_MAX_DEPTH` levels, encodable, at most
+    :data:`PROPERTIES_MAX_BYTES` encoded.
 
-
-def _check_properties(value: object, field: str, encode_all: EncodeAll) -> bytes:
+    Encoded first, once, and the nesting measured on that text
+    (:func:`text_too_deep`), or on the standard library's text of it when
+    the encoder refuses it (orjson past 254 levels or for a lone surrogate,
+    the standard library's past its recursion limit or for a non-finite
+    number): never a Python step per value of a value that may be a MiB."""
     if not isinstance(value, dict):
-        raise ValidationError(f"{field}: must be a JSON object", field=field)
-    if too_deep(value, PROPERTIES_MAX_DEPTH):
-        raise ValidationError(f"{field}: nested deeper than {PROPERTIES_MAX_DEPTH} levels",
-                              field=field)
+        raise _properties_error(index, "must be a JSON object")
+    encoded: bytes | None
     try:
         (encoded,) = encode_all([value])
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"{field}: not encodable as JSON", field=field) from exc
+    except (TypeError, ValueError, RecursionError) as exc:
+        encoded, refused = None, exc
+    deep = (_unencodable_too_deep(value) if encoded is None
+            else text_too_deep(encoded, PROPERTIES_MAX_DEPTH))
+    if deep:
+        raise _properties_error(index, f"nested deeper than {PROPERTIES_MAX_DEPTH} levels")
+    if encoded is None:
+        raise _properties_error(index, "not encodable as JSON") from refused
     if len(encoded) > PROPERTIES_MAX_BYTES:
-        raise ValidationError(f"{field}: larger than {PROPERTIES_MAX_BYTES} bytes as JSON",
-                              field=field)
+        raise _properties_error(index, f"larger than {PROPERTIES_MAX_BYTES} bytes as JSON")
     return encoded
+
+
+def _unencodable_too_deep(value: dict[Any, Any]) -> bool:
+    """:func:`too_deep` for properties the encoder refused, measured on the
+    standard library's escaped text (lone surrogates as ``\\ud83d``,
+    non-finite numbers as ``NaN``), which only a value nested past the
+    recursion limit, far past the limit here, or one that is not JSON data
+    at all (walked), keeps from being written."""
+    try:
+        text = json.dumps(value, allow_nan=True, separators=(",", ":")).encode()
+    except RecursionError:
+        return True
+    except (TypeError, ValueError):
+        return too_deep(value, PROPERTIES_MAX_DEPTH)
+    return text_too_deep(text, PROPERTIES_MAX_DEPTH)
+
+
+def _properties_error(index: int, problem: str) -> ValidationError:
+    field = f"events[{index}].properties"
+    return ValidationError(f"{field}: {problem}", field=field)

@@ -19,7 +19,15 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping
+from collections.abc import (
+    AsyncIterable,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -39,6 +47,7 @@ from svc_engine.errors import (
     UnsupportedMediaType,
     ValidationError,
 )
+from svc_engine.event_columns import text_too_deep
 from web.request_head import BODY_EXTENSION
 
 Scope = dict[str, Any]
@@ -128,9 +137,10 @@ class Request:
         """Decode a JSON body; errors are 400 (415 for a non-JSON content type
         or a content encoding).
 
-        ``depth_checked=False`` skips the nesting walk (about 3 µs per hundred
-        values) for a parser that bounds nesting itself, such as the events
-        batch's; orjson refuses documents nested over 1024 levels anyway.
+        ``depth_checked=False`` skips the nesting check (:func:`too_deep`:
+        C passes over a body with more than ``MAX_JSON_DEPTH`` brackets) for
+        a parser that bounds nesting itself, such as the events batch's;
+        orjson refuses documents nested over 1024 levels anyway.
         ``exact_checked=False`` skips :func:`refuse_inexact` for a caller that
         calls it when what it keeps may hold a rounded integer (the events
         batch: web/api_events.py)."""
@@ -157,22 +167,27 @@ class Request:
 
 EXACT_INT_MIN, EXACT_INT_MAX = -(2**63), 2**64 - 1
 """The integers orjson decodes as ``int`` (and encodes back). Past them it
-decodes an integer as the nearest float, without an error."""
+decodes an integer as the nearest float, without an error; it refuses a
+number past a double's range (309 digits), so no integer of a body it took
+is longer than ``int()`` converts."""
 _DIGITS_TO_ZEROS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x2E for b in range(256))
 _INEXACT_RUN = b"0" * 19  # every integer past the bounds has 19 digits or more
-_LONG_INTEGER = re.compile(rb'"(?:[^"\\]|\\.)*"|(?<![-+.0-9eE])(-?[0-9]{19,})(?![.0-9eE])')
+_LONG_INTEGER = re.compile(
+    rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|(?<![-+.0-9eE])(-?[0-9]{19,})(?![.0-9eE])')
+"""A string (skipped whole), or an integer of 19 digits or more: the scan of
+a body nested past the standard library's decoder."""
+
+Parts = Callable[[Any], tuple[Sequence[Any], Callable[[int], str]]]
+"""Which parts of a decoded body :func:`inexact_integer` checks, in order,
+and the field of the n-th (asked for only when reporting)."""
 
 
-class _Inexact(str):
-    """The text of an integer orjson does not decode exactly (a marker)."""
-
-
-def refuse_inexact(body: bytes) -> None:
+def refuse_inexact(body: bytes, parts: Parts | None = None) -> None:
     """ValidationError naming the first integer of ``body`` (JSON that orjson
     decoded) that orjson does not decode exactly (:func:`inexact_integer`)."""
-    inexact = inexact_integer(body)
-    if inexact is not None:
-        text, field = inexact
+    found = inexact_integer(body, parts)
+    if found is not None:
+        text, field = found
         shown = text if len(text) <= 32 else f"{text[:24]}... ({len(text)} characters)"
         if field is not None and len(field) > 100:  # a key is the sender's to make long
             field = f"{field[:96]}..."
@@ -181,75 +196,131 @@ def refuse_inexact(body: bytes) -> None:
             "(integers lie within -2^63 and 2^64-1); send it as a string", field=field)
 
 
-def inexact_integer(body: bytes) -> tuple[str, str | None] | None:
+def inexact_integer(body: bytes, parts: Parts | None = None,
+                    ) -> tuple[str, str | None] | None:
     """The first integer of ``body`` (JSON that orjson decoded) that orjson
     does not decode exactly, as its text and the field holding it
     (``params.big``, ``events[0].properties.revenue``; None for the body
     itself, or when not known); None when every integer is decoded exactly.
+    ``parts``: only those parts of the decoded body, in their order (the
+    events batch: the properties it keeps); by default the whole body.
 
     A body without a run of 19 digits has no such integer and is only
     scanned, in C (about 0.8 ns a byte: 13 µs for a batch of 100 events,
     whose orjson decode takes 40). Otherwise the standard library's decoder
-    reads it again with exact integers (a long number in a string, a phone
-    number say, costs that second read and nothing else)."""
+    reads it again, in C, with exact integers (40 ms for a MiB of small
+    ones: no Python call per integer), and orjson encodes what is checked,
+    in C, refusing it only for an integer past 64 bits; only then is it
+    walked for the field (:func:`first_inexact`). A long number in a string,
+    a phone number say, costs the second read and the encoding."""
     if _INEXACT_RUN not in body.translate(_DIGITS_TO_ZEROS):
         return None
-    found: list[_Inexact] = []
-
-    def exact(text: str) -> int | _Inexact:
-        if len(text) <= 21:  # "-18446744073709551616" is the shortest text past both bounds
-            number = int(text)
-            if EXACT_INT_MIN <= number <= EXACT_INT_MAX:
-                return number
-        found.append(_Inexact(text))
-        return found[-1]
-
     try:
-        value = json.loads(body, parse_int=exact)
+        value = json.loads(body)
     except (RecursionError, ValueError):  # nested past that decoder (orjson takes 1024 levels)
-        return next(((t.decode(), None) for t in _LONG_INTEGER.findall(body)
-                     if t and not isinstance(exact(t.decode()), int)), None)
-    return _first_inexact(value) if found else None
+        return _scan_inexact(body)
+    if parts is None:
+        return first_inexact(value)
+    checked, field_of = parts(value)
+    if first_inexact(checked) is None:  # one encoding for them all
+        return None
+    for n, part in enumerate(checked):
+        found = first_inexact(part, field_of(n))
+        if found is not None:
+            return found
+    return None
 
 
-def _first_inexact(value: Any) -> tuple[str, str | None] | None:
-    """The first :class:`_Inexact` in ``value`` in document order, with its
-    field (a duplicate key's earlier value is gone, as it is from orjson's)."""
-    stack: list[tuple[Any, str]] = [(value, "")]
-    while stack:
-        v, path = stack.pop()
-        if isinstance(v, _Inexact):
-            return str(v), path or None
-        if isinstance(v, dict):
-            stack.extend((x, f"{path}.{k}" if path else k) for k, x in reversed(v.items()))
-        elif isinstance(v, list):
-            stack.extend((x, f"{path}[{i}]") for i, x in reversed(list(enumerate(v))))
+def first_inexact(value: Any, field: str | None = None) -> tuple[str, str | None] | None:
+    """The first integer in ``value`` (decoded with exact integers, by the
+    standard library's decoder) that orjson does not decode exactly, in
+    document order, with its field (the path from ``field``, the field of
+    ``value`` itself; a duplicate key's earlier value is gone, as it is from
+    orjson's); None if there is none.
+
+    orjson encodes ``value`` first, in C: it refuses an integer past 64 bits
+    (or a value nested past its 254 levels), and only a refused value is
+    walked, a Python step per value. The walk keeps an iterator a level and
+    the keys leading to it, so its memory is the depth's, not the width's,
+    and it builds only the field it answers (before, the path of every
+    sibling was built as they were stacked: a key of 100,000 characters
+    above 5,000 others took 478 MiB)."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        pass
+    else:
+        return None
+    if type(value) is int:
+        return None if EXACT_INT_MIN <= value <= EXACT_INT_MAX else (str(value), field)
+    if type(value) is dict:
+        top: Iterator[tuple[Any, Any]] = iter(value.items())
+    elif type(value) is list:
+        top = enumerate(value)
+    else:
+        return None
+    levels = [top]
+    keys: list[str | int] = []  # the key, in its parent, of each level but the top
+    while levels:
+        for key, child in levels[-1]:
+            kind = type(child)
+            if kind is int:
+                if not EXACT_INT_MIN <= child <= EXACT_INT_MAX:
+                    return str(child), _path(field, [*keys, key])
+            elif (kind is dict or kind is list) and child:
+                keys.append(key)
+                levels.append(iter(child.items()) if kind is dict else enumerate(child))
+                break
+        else:
+            levels.pop()
+            if keys:
+                keys.pop()
+    return None
+
+
+def _path(field: str | None, keys: Iterable[str | int]) -> str | None:
+    """The field ``keys`` lead to from ``field``: ``params.big``, ``x[1]``
+    (a key is joined by a dot unless the path so far is empty)."""
+    parts = [field] if field else []
+    empty = not field
+    for key in keys:
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+            empty = False
+        else:
+            if not empty:
+                parts.append(".")
+            parts.append(key)
+            empty = empty and not key
+    return "".join(parts) or None
+
+
+def _scan_inexact(body: bytes) -> tuple[str, None] | None:
+    """The first integer literal of ``body`` past the bounds, from its text
+    alone (no field): for a body nested past the standard library's decoder."""
+    for literal in _LONG_INTEGER.findall(body):  # (b"" for a string)
+        # "-18446744073709551616" is the shortest text past both bounds
+        if literal and (len(literal) > 21 or not EXACT_INT_MIN <= int(literal) <= EXACT_INT_MAX):
+            return literal.decode(), None
     return None
 
 
 def too_deep(body: bytes, value: Any) -> bool:
     """Whether ``value``, decoded from ``body``, nests deeper than
     ``MAX_JSON_DEPTH``. Every level opens a bracket, so a body with no more
-    brackets than that cannot, and is not walked (a launch report has one:
-    0.26 µs instead of the walk's 1.9)."""
-    if body.count(b"{") + body.count(b"[") <= MAX_JSON_DEPTH:
+    brackets than that cannot, and is not measured (a launch report has
+    one: 0.26 µs). Otherwise the body's text is measured, in C passes
+    (``text_too_deep``: 5 ms for a MiB of ``[]``, which a walk of the value
+    took 400 for); only a text too deep has the value's own text measured
+    too (orjson's, which a repeated key's earlier value is not in, as it is
+    not in the value)."""
+    if not text_too_deep(body, MAX_JSON_DEPTH):
         return False
-    return _depth(value) > MAX_JSON_DEPTH
-
-
-def _depth(value: Any) -> int:
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    deepest = 0
-    while stack:
-        v, d = stack.pop()
-        deepest = max(deepest, d)
-        if d > MAX_JSON_DEPTH:
-            return d
-        if isinstance(v, dict):
-            stack.extend((x, d + 1) for x in v.values())
-        elif isinstance(v, list):
-            stack.extend((x, d + 1) for x in v)
-    return deepest
+    try:
+        text = orjson.dumps(value)
+    except orjson.JSONEncodeError:  # orjson writes no more than 254 levels
+        return True
+    return text_too_deep(text, MAX_JSON_DEPTH)
 
 
 class Response:
