@@ -21,6 +21,7 @@ from svc_engine.errors import (
     MethodNotAllowed,
     NotFound,
     Overloaded,
+    PayloadTooLarge,
     StorageUnavailable,
     SvcError,
     Unauthenticated,
@@ -139,6 +140,17 @@ class Front:
             self._log(scope, 503, start)
             return
         status = 0
+        aside = self._receive_aside(receive)
+
+        async def reading() -> dict[str, Any]:
+            # A body the connection refuses (its chunk framing: web/connection.py)
+            # is answered 413 there, and Quart answers nothing: log that 413.
+            nonlocal status
+            try:
+                return await aside()
+            except PayloadTooLarge as e:
+                status = e.status
+                raise
 
         async def watched(message: dict[str, Any]) -> None:
             nonlocal status
@@ -150,7 +162,7 @@ class Front:
 
         self.in_flight += 1
         try:
-            await self.dashboard(scope, self._receive_aside(receive), watched)
+            await self.dashboard(scope, reading, watched)
         finally:
             self.in_flight -= 1
             self._log(scope, status, start)
