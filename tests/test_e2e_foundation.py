@@ -88,9 +88,12 @@ def test_a_path_cannot_forge_or_break_an_access_line(server_factory: type[Server
     with srv.client() as c:
         c.get("/x%0a2026-11-27 10:20:45,829 ERROR svc forged%0d%00%E2%80%A8end")
         c.get("/dashboard/invite/SeCrEtInViTeToKeN0123456789")
+        # logged before the dashboard redirects it to the tidy path
+        c.get("/dashboard//invite/SeCrEtInViTeToKeN0123456789")
     srv.stop()
     logs = srv.logs()
     assert "SeCrEtInViTeToKeN" not in logs and "GET /dashboard/invite/<token> 410" in logs
+    assert "GET /dashboard//invite/<token> 308" in logs
     lines = [ln for ln in logs.splitlines() if "forged" in ln]
     assert len(lines) == 1 and "svc.access GET /x\\n2026-11-27" in lines[0], lines
     assert "\\r\\x00\\u2028end 404" in lines[0] and "\x00" not in logs

@@ -36,17 +36,20 @@ _pending: list[str] = []
 FLUSH_LINES = 64
 
 
-_SECRET_PATHS = ("/dashboard/invite/",)
-"""Paths whose last segment is a secret (``/dashboard/invite/<token>``):
-logged with ``<token>`` in its place."""
+_INVITE_SEGMENT = "/invite/"
+"""What precedes a secret in a path (``/dashboard/invite/<token>``): all
+after it is logged as ``<token>``, wherever it is (a request for
+``/dashboard//invite/<token>`` is logged before the dashboard redirects it
+to the tidy path)."""
 
 
 def loggable(path: str) -> str:
     """A request's decoded path as a log line may carry it: an invitation's
     token (it opens an account) as ``<token>``, unprintable characters (a
     decoded ``%0a`` would forge a line, ``%00`` break one) escaped."""
-    if path.startswith(_SECRET_PATHS):
-        path = next(p for p in _SECRET_PATHS if path.startswith(p)) + "<token>"
+    secret = path.find(_INVITE_SEGMENT)
+    if secret >= 0:
+        path = path[:secret + len(_INVITE_SEGMENT)] + "<token>"
     if not path.isprintable():
         path = path.encode("unicode_escape").decode("ascii")
     return path

@@ -21,7 +21,7 @@ import logging
 import pathlib
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 import attrs
 import trio
@@ -441,9 +441,16 @@ def roles_text(allowed: list[Role]) -> str:
 
 
 def safe_next(value: str | None) -> str:
-    """A redirect target from a form: only a path inside the dashboard."""
-    if (not value or not value.startswith(HOME) or "\\" in value or "//" in value
+    """A redirect target from a form: only a path inside the dashboard, as the
+    browser resolves it. So no dot segment, also percent-encoded (``%2e``):
+    ``/dashboard/../<slug>`` is a short link, which may send anywhere."""
+    if (not value or "\\" in value or "//" in value
             or any(ord(c) < 33 for c in value)):
+        return HOME
+    path = value.split("#", 1)[0].split("?", 1)[0]
+    if path != HOME and not path.startswith(HOME + "/"):
+        return HOME
+    if any(segment in (".", "..") for segment in unquote(path).split("/")):
         return HOME
     return value
 
