@@ -232,6 +232,8 @@ page (its button without a custom scheme, its app banner): resolved, it is a
 
 
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"  # RFC 3986 pchar and "/": "?", "#", spaces escaped
+_HOST_SAFE = "%!$&'()*+,;=-._~"  # RFC 3986 reg-name: ":", "@", "/", "?", "#", spaces escaped
+_QUERY_SAFE = _PATH_SAFE + "?"  # RFC 3986 query: "#" and spaces escaped
 
 
 def landing_open_url(scheme: str | None, short_url: str, path: str = "") -> str:
@@ -240,15 +242,26 @@ def landing_open_url(scheme: str | None, short_url: str, path: str = "") -> str:
     iOS scheme, the short link itself (a universal link) marked with
     :data:`LANDING_MARK` (also the app banner's argument).
 
-    The scheme URL's path is the link's own ``path`` (``exampleapp:///product/1
-    ?svc_link=...``: no host, so no part of the path is lower-cased as one),
-    so that, should resolving fail, the app still routes to the link's screen
-    by the URL's path (SPEC.md "Delivery inside the app" 3); a link without a
-    path opens ``exampleapp://open?svc_link=...``."""
+    The scheme URL is the link's own ``path`` written as SPEC.md's route
+    table reads a custom-scheme URL ("the host plus path plus query, prefixed
+    with /"): ``/product/1?color=red`` is ``exampleapp://product/1?color=red
+    &svc_link=...``, whose route is ``/product/1?color=red&svc_link=...``, so
+    that, should resolving fail, the app still routes to the link's screen
+    (SPEC.md "Delivery inside the app" 3). The path's first segment is the
+    URL's host, which URL parsers lower-case (Dart's ``Uri`` does): a path
+    whose first segment has capitals routes in lower case. A link without
+    a path opens ``exampleapp://open?svc_link=...``."""
     if scheme is None:
         return landing_universal_link(short_url)
-    where = quote(path, safe=_PATH_SAFE) if path.startswith("/") and path != "/" else "open"
-    return f"{scheme}://{where}?svc_link={quote(short_url, safe='')}"
+    svc_link = f"svc_link={quote(short_url, safe='')}"
+    if not path.startswith("/") or path == "/":
+        return f"{scheme}://open?{svc_link}"
+    where, asks, query = path[1:].partition("?")
+    host, slash, rest = where.partition("/")
+    url = f"{scheme}://{quote(host, safe=_HOST_SAFE)}{slash}{quote(rest, safe=_PATH_SAFE)}"
+    if asks and query:
+        return f"{url}?{quote(query, safe=_QUERY_SAFE)}&{svc_link}"
+    return f"{url}?{svc_link}"
 
 
 def landing_universal_link(short_url: str) -> str:

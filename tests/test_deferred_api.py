@@ -243,7 +243,7 @@ async def test_landing_page_open_button_then_resolve_upgrades(app: App) -> None:
     await setup(app, iosLandingPage=True)
     ln = await link(app)
     page = await tap(app, ln["slug"], IOS_UA)
-    open_url = "exampleshop:///product/1?svc_link=" + str(ln["url"]).replace(
+    open_url = "exampleshop://product/1?svc_link=" + str(ln["url"]).replace(
         ":", "%3A").replace("/", "%2F")
     assert f'href="{open_url}"' in page
     iid = new_install()

@@ -72,7 +72,7 @@ def test_landing_page_button_then_resolve(srv: ServerProcess) -> None:
         page = b.get(f"/{link['slug']}")
     assert page.status_code == 200
     # the scheme URL's path is the link's: the app routes by it if resolving fails
-    button = f"exampleshop:///product/10?svc_link={quote(str(link['url']), safe='')}"
+    button = f"exampleshop://product/10?svc_link={quote(str(link['url']), safe='')}"
     assert f'href="{button}"' in page.text
     iid = new_install()
     with sdk(srv) as c:

@@ -341,11 +341,29 @@ def test_landing_open_url() -> None:
     assert url == "exampleapp://open?svc_link=https%3A%2F%2Fgo.example.com%2Fabc%3Fx%3D1%26y%3D2"
     assert unquote(url.split("svc_link=", 1)[1]) == short
     # with the link's path, which the app routes by should resolving fail
-    assert landing_open_url("exampleapp", short, "/Product/1") == (
-        "exampleapp:///Product/1?svc_link=https%3A%2F%2Fgo.example.com%2Fabc%3Fx%3D1%26y%3D2")
+    assert landing_open_url("exampleapp", short, "/product/1") == (
+        "exampleapp://product/1?svc_link=https%3A%2F%2Fgo.example.com%2Fabc%3Fx%3D1%26y%3D2")
     assert landing_open_url("exampleapp", short, "/a b?c#d").startswith(
-        "exampleapp:///a%20b%3Fc%23d?svc_link=")
+        "exampleapp://a%20b?c%23d&svc_link=")
     assert landing_open_url("exampleapp", short, "/") == url
+
+
+@pytest.mark.parametrize("path", [
+    "/product/1", "/product/1?color=red", "/p?a=1&b=2", "/a b/ü", "/x:y@z/w", "/?q=1",
+    "//x", "/deep/er/still?k=v/w", "/p?"])
+def test_the_open_button_routes_to_the_links_path(path: str) -> None:
+    """SPEC.md's route of a custom-scheme URL ("/" + host + path + query) is
+    the link's path, should resolving fail (the svc_link the SDK resolves
+    rides along in the query), and the service finds the short link in it."""
+    short = "https://go.example.com/abc?x=1"
+    url = landing_open_url("exampleapp", short, path)
+    parts = urlsplit(url)
+    assert parts.scheme == "exampleapp"
+    route = unquote("/" + parts.netloc + parts.path + (f"?{parts.query}" if parts.query else ""))
+    svc_link = f"svc_link={short}"
+    expected = path.rstrip("?")
+    assert route in (f"{expected}?{svc_link}", f"{expected}&{svc_link}"), (url, route)
+    assert parse_qs(parts.query)["svc_link"] == [short]
     # without a scheme: the universal link itself, marked as opened from the page
     assert landing_open_url(None, short) == short + "&svc_open=landing"
     assert landing_open_url(None, "https://go.example.com/abc") == (
