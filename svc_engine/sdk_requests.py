@@ -286,15 +286,34 @@ def parse_timestamp_ms(text: str) -> int | None:
     return ms if ms >= 0 else None
 
 
+DART_WHITESPACE: Final = ("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004"
+                          "\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f"
+                          "\u205f\u3000\ufeff")
+"""What Dart's ``String.trim`` removes (the SDK trims a user ID with it):
+Unicode's White_Space and the byte order mark. Python's ``str.strip``
+differs: it also removes U+001C to U+001F, and keeps U+FEFF."""
+
+
 def trimmed_user_id(value: object, field: str = "userId") -> str:
-    """A user ID, trimmed, 1 to 256 characters after trimming."""
+    """A user ID, trimmed as the SDK trims it (:data:`DART_WHITESPACE`), 1 to
+    256 characters after trimming, counted as the SDK counts them (Dart's
+    ``String.length``: UTF-16 code units, so a character outside the Basic
+    Multilingual Plane, an emoji say, counts two). A longer ID could be
+    handed off but never claimed: the SDK refuses it before sending."""
     if not isinstance(value, str):
         raise ValidationError(f"{field}: must be a string", field=field)
-    trimmed = value.strip()
-    if not 1 <= len(trimmed) <= USER_ID_MAX:
-        raise ValidationError(f"{field}: must be 1 to {USER_ID_MAX} characters after trimming",
-                              field=field)
+    trimmed = value.strip(DART_WHITESPACE)
+    if not 1 <= utf16_length(trimmed) <= USER_ID_MAX:
+        raise ValidationError(f"{field}: must be 1 to {USER_ID_MAX} characters after trimming "
+                              "(UTF-16 code units, as Dart counts)", field=field)
     return trimmed
+
+
+def utf16_length(text: str) -> int:
+    """``text``'s length as Dart counts it: UTF-16 code units."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 # --- pieces ----------------------------------------------------------------------------

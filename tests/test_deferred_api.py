@@ -455,6 +455,8 @@ async def test_handoff_validation(app: App) -> None:
                      {"linkId": ln["id"], "userId": "u", "expiresInSeconds": 0},
                      {"linkId": ln["id"], "userId": "u", "expiresInSeconds": 8 * 86400},
                      {"linkId": ln["id"], "userId": "x" * 257},
+                     # 400 UTF-16 code units: the SDK could never claim it
+                     {"linkId": ln["id"], "userId": "😀" * 200},
                      {"linkId": ln["id"], "userId": "u", "expiresIn": 5}):
             r = await c.post("/v1/handoffs", json=body)
             assert r.status_code == 400, body
@@ -465,7 +467,7 @@ async def test_handoff_validation(app: App) -> None:
         assert (await c.post("/v1/handoffs", json={"linkId": ln["id"], "userId": "u"})
                 ).status_code == 403
     async with app.client("pk_test", **SDK) as c:
-        for user in ("", "   ", "x" * 257):
+        for user in ("", "   ", "x" * 257, "😀" * 129, "\ufeff"):
             r = await c.post("/v1/sdk/handoffs/claim",
                              json={"userId": user, "installId": new_install()})
             assert r.status_code == 400

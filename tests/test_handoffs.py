@@ -61,7 +61,19 @@ def test_user_hash_is_salted_hmac_of_the_trimmed_id() -> None:
     assert user_hash(SALT, "ü" * 256) == hmac.new(SALT, ("ü" * 256).encode(), "sha256").digest()
 
 
-@pytest.mark.parametrize("bad", ["", "   ", "x" * 257])
+def test_user_ids_are_trimmed_and_counted_as_the_sdk_does() -> None:
+    """Dart's ``trim`` and ``length`` (UTF-16 code units): an ID the SDK
+    would refuse to claim is refused when the handoff is made."""
+    assert user_hash(SALT, "\ufeffuser-42\u3000") == user_hash(SALT, "user-42")
+    assert user_hash(SALT, "\x1cuser-42") != user_hash(SALT, "user-42")  # Dart keeps U+001C
+    assert user_hash(SALT, "😀" * 128) == hmac.new(SALT, ("😀" * 128).encode(), "sha256").digest()
+    for bad in ("😀" * 129, "😀" * 200, "x" * 255 + "😀", "\ufeff"):
+        with pytest.raises(ValidationError, match=r"UTF-16|1 to 256"):
+            user_hash(SALT, bad)
+    assert user_hash(SALT, "x" * 254 + "😀") is not None
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "x" * 257, "😀" * 129])
 def test_user_hash_refuses_bad_ids(bad: str) -> None:
     with pytest.raises(ValidationError) as info:
         user_hash(SALT, bad)

@@ -311,7 +311,9 @@ RESOLVE: Schema = {"type": "object", "required": ["url", "installId"], "properti
             "description": "the short link, or a custom-scheme URL carrying svc_link"},
     "installId": INSTALL_ID, "platform": {"type": ["string", "null"]}}}
 USER_ID: Schema = {"type": "string", "minLength": 1, "maxLength": USER_ID_MAX, "pattern": r"\S",
-                   "description": f"trimmed; 1 to {USER_ID_MAX} characters after trimming"}
+                   "description": f"trimmed as Dart trims; 1 to {USER_ID_MAX} characters "
+                                  "after trimming, counted as UTF-16 code units (as Dart "
+                                  "counts: an emoji counts two)"}
 CLAIM: Schema = {"type": "object", "required": ["userId", "installId"],
                  "properties": {"userId": USER_ID, "installId": INSTALL_ID}}
 HANDOFF: Schema = {
