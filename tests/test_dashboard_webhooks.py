@@ -475,8 +475,11 @@ async def test_recent_deliveries_last_50_with_filters(app: App, boss: Member,
 
 # -- plan, roles, scoping ---------------------------------------------------------------
 
-async def test_below_growth_explains_the_plan_and_lists_nothing(app: App,
-                                                                boss: Member) -> None:
+async def test_below_growth_explains_the_plan_and_links_only_the_kept_endpoints(
+        app: App, boss: Member) -> None:
+    """No list (no status, events or deliveries): each endpoint kept from
+    before is linked to its page, where it can still be edited, turned off
+    or deleted (SPEC.md)."""
     endpoint = await make_endpoint(app, "https://secret-host.example.com/hook")
     d = await make_delivery(app, endpoint, DeliveryStatus.DELIVERED)
     await app.services.store.set_plan(app.org_id, Plan.STARTER)
@@ -487,8 +490,10 @@ async def test_below_growth_explains_the_plan_and_lists_nothing(app: App,
         assert "Webhooks need the Growth plan" in page and "on the Starter plan" in page
         assert "Upgrade on the Billing page" in page and 'href="/dashboard/settings/billing"' \
             in r.text
-        assert "secret-host" not in page
         assert "This project has 1 endpoint in test mode from before. It is kept" in page
+        assert "You can still edit, turn off or delete it" in page
+        assert f'href="{WH}/{endpoint.id}">https://secret-host.example.com/hook</a>' in r.text
+        assert "Send test" not in page and "Delivered" not in page and "All events" not in page
     for path, data in ((WH + "/new", {"url": "https://a.example.com/", "events": "click"}),
                        (f"{WH}/{endpoint.id}/test", {}), (f"{DL}/{d.id}/resend", {})):
         r = await boss.post(path, data)

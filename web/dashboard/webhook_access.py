@@ -84,9 +84,15 @@ def owned_delivery(tables: WebhookStore, viewer: Viewer, delivery_id: str
 
 
 async def plan_page(dash: Dashboard, viewer: Viewer) -> Response:
-    """The note shown instead of a page the plan does not include (403)."""
-    kept = 0
+    """The note shown instead of a page the plan does not include (403).
+
+    It names the endpoints kept from before, each linked to its own page:
+    SPEC.md keeps editing, turning off and deleting them possible below
+    Growth, and without a way to reach them that would be only in name. It
+    is no endpoints list (SPEC.md: Starter cannot list endpoints): no
+    status, events or deliveries, only what reaching each one needs."""
+    kept = []
     if viewer.project is not None:
-        kept = len(tables_of(dash).endpoints(viewer.project.id, viewer.mode))
-    return await dash.render("webhook_plan.html", viewer, status=403, kept=kept,
-                             needed=GROWTH)
+        kept = tables_of(dash).endpoints(viewer.project.id, viewer.mode)
+    return await dash.render("webhook_plan.html", viewer, status=403, kept=len(kept),
+                             kept_endpoints=kept, needed=GROWTH)
