@@ -70,6 +70,10 @@ BREAKDOWNS: Mapping[Metric, Mapping[str, str]] = {
 }
 
 
+EPOCH_DAY = dt.date(1970, 1, 1)
+"""The first day a range may cover (the store's times count from it)."""
+
+
 @attrs.frozen
 class DayRange:
     """Whole UTC days from ``first`` to ``last``, both included (``YYYY-MM-DD``)."""
@@ -99,11 +103,13 @@ def parse_day_range(first: str | None, last: str | None, *, now_ms: int,
                     max_days: int | None = MAX_RANGE_DAYS) -> DayRange:
     """The ``from`` and ``to`` query parameters as a :class:`DayRange`."""
     end = _parse_day(last, "to") if last else dt.date.fromisoformat(utc_day(now_ms))
+    if end < EPOCH_DAY:  # before the default start is counted back (year 1 has no 30 days before)
+        raise ValidationError("to: must not be before 1970-01-01", field="to")
     start = (_parse_day(first, "from") if first  # the default: 30 days, none before 1970
-             else max(end - dt.timedelta(days=DEFAULT_RANGE_DAYS - 1), dt.date(1970, 1, 1)))
+             else max(end - dt.timedelta(days=DEFAULT_RANGE_DAYS - 1), EPOCH_DAY))
     if start > end:
         raise ValidationError("from: must not be after to", field="from")
-    if start < dt.date(1970, 1, 1):
+    if start < EPOCH_DAY:
         raise ValidationError("from: must not be before 1970-01-01", field="from")
     if max_days is not None and (end - start).days + 1 > max_days:
         raise ValidationError(f"from: the range covers at most {max_days} days", field="from")

@@ -44,6 +44,9 @@ def test_day_range_defaults_to_thirty_days_ending_today() -> None:
     ("2026-02-30", None, "from"), ("2026-1-01", None, "from"), (None, "soon", "to"),
     ("2026-09-10", "2026-09-01", "from"), ("1969-12-31", "1970-01-01", "from"),
     ("2025-01-01", "2026-01-02", "from"),
+    # a `to` before the epoch, even where the default start cannot be counted back (year 1)
+    (None, "0001-01-01", "to"), (None, "0001-01-29", "to"), (None, "1969-12-31", "to"),
+    ("0001-01-01", "0001-01-02", "to"),
 ])
 def test_day_range_refusals(first: str | None, last: str | None, field: str) -> None:
     with pytest.raises(ValidationError) as e:

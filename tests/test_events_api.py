@@ -321,6 +321,20 @@ async def test_keys_of_the_wrong_kind(ev: Events) -> None:
     assert (r.status_code, r.json()["error"]["code"]) == (403, "wrong_key_kind")
 
 
+async def test_a_to_day_before_the_epoch_is_refused_on_every_ranged_read(ev: Events) -> None:
+    """Year 1 has no 30 days before it to count the default start back: that
+    was a 500 on the analytics and export routes."""
+    async with ev.app.client("sk_test") as c:
+        link = (await c.post("/v1/links", json={"path": "/p"})).json()["id"]
+        for path in ("/v1/analytics/summary", f"/v1/analytics/links/{link}",
+                     f"/v1/analytics/links/{link}/funnel", "/v1/export/clicks"):
+            for to in ("0001-01-01", "0001-01-29", "1969-12-31"):
+                r = await c.get(path, params={"to": to})
+                assert r.status_code == 400, (path, to, r.text)
+                assert r.json()["error"]["code"] == "validation_error"
+                assert r.json()["error"]["field"] == "to", (path, to)
+
+
 # --- what is stored -----------------------------------------------------------------------
 
 
