@@ -141,6 +141,17 @@ def apply_edit(endpoint: Endpoint, body: object, now_ms: int) -> Endpoint:
 
     ``"events": null`` selects all four again; ``"description": null`` clears it.
     """
+    changes = edit_changes(body)
+    if not changes:
+        return endpoint
+    return attrs.evolve(endpoint, updated_at_ms=now_ms, **changes)
+
+
+def edit_changes(body: object) -> dict[str, Any]:
+    """The fields an edit body sets, checked (ValidationError otherwise): what
+    :func:`apply_edit` applies, and what the API checks before the request's
+    Idempotency-Key is looked up (a body refused on its own is that 400,
+    never a 409)."""
     fields = _object(body)
     changes: dict[str, Any] = {}
     if "url" in fields:
@@ -149,9 +160,7 @@ def apply_edit(endpoint: Endpoint, body: object, now_ms: int) -> Endpoint:
         changes["description"] = validate_description(fields["description"])
     if "events" in fields:
         changes["events"] = validate_events(fields["events"])
-    if not changes:
-        return endpoint
-    return attrs.evolve(endpoint, updated_at_ms=now_ms, **changes)
+    return changes
 
 
 def _object(body: object) -> dict[str, Any]:

@@ -193,6 +193,20 @@ async def test_same_key_other_body_is_409(app: App) -> None:
     assert app.services.store.get_settings(app.project_id).ios_landing_page is True
 
 
+async def test_a_body_refused_on_its_own_is_400_under_a_used_key(app: App) -> None:
+    """The body is checked before the key is looked up (README, API
+    conventions): its own 400, not 409; the retry that succeeded replays."""
+    async with app.client("sk_test", **{"idempotency-key": "patch-used"}) as c:
+        assert (await c.patch("/v1/deferred/settings", json={"iosLandingPage": True})
+                ).status_code == 200
+        for bad in ({"nope": 1}, {"probabilisticWindowMinutes": 5}, {"iosLandingPage": "yes"},
+                    []):
+            assert _error(await c.patch("/v1/deferred/settings", json=bad)) == (
+                400, "validation_error"), bad
+        again = await c.patch("/v1/deferred/settings", json={"iosLandingPage": True})
+    assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
+
+
 async def test_keys_are_scoped_per_mode(app: App) -> None:
     async with app.client("sk_test", **{"idempotency-key": "k"}) as c:
         await c.patch("/v1/deferred/settings", json={"iosLandingPage": True})

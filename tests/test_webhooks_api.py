@@ -170,6 +170,43 @@ async def test_create_is_idempotent(app: App) -> None:
         assert len((await c.get(EP)).json()["data"]) == 1
 
 
+async def test_a_write_that_succeeded_replays_after_a_downgrade(app: App,
+                                                                receiver: Receiver) -> None:
+    """A retry gets its stored answer before the plan is checked again; a new
+    request is refused."""
+    async with app.client("sk_test", **{"idempotency-key": "plan-create"}) as c:
+        made = await c.post(EP, json={"url": receiver.url})
+    ep = made.json()
+    async with app.client("sk_test", **{"idempotency-key": "plan-test"}) as c:
+        tested = await c.post(f"{EP}/{ep['id']}/test")
+    assert made.status_code == tested.status_code == 201
+    await app.services.store.set_plan(app.org_id, Plan.STARTER)
+    for key, path, first in (("plan-create", EP, made), ("plan-test", f"{EP}/{ep['id']}/test",
+                                                          tested)):
+        async with app.client("sk_test", **{"idempotency-key": key}) as c:
+            again = await (c.post(path, json={"url": receiver.url}) if path == EP
+                           else c.post(path))
+        assert again.status_code == 201 and again.content == first.content, path
+        assert again.headers["idempotent-replayed"] == "true"
+    async with app.client("sk_test", **{"idempotency-key": "plan-new"}) as c:
+        assert _error(await c.post(f"{EP}/{ep['id']}/test")) == (403, "forbidden")
+
+
+async def test_an_edit_refused_on_its_own_is_400_under_a_used_key(app: App,
+                                                                 receiver: Receiver) -> None:
+    """The body is checked before the key is looked up: its own 400, not 409."""
+    ep = await add_endpoint(app, receiver.url)
+    async with app.client("sk_test", **{"idempotency-key": "edit-used"}) as c:
+        assert (await c.patch(f"{EP}/{ep['id']}", json={"description": "a"})).status_code == 200
+        for bad in ({"bogus": 1}, {"url": "ftp://example.com/"}, {"events": ["nope"]}, []):
+            assert _error(await c.patch(f"{EP}/{ep['id']}", json=bad)) == (
+                400, "validation_error"), bad
+        assert _error(await c.patch(f"{EP}/{ep['id']}", json={"description": "b"})) == (
+            409, "idempotency_key_reused")
+        again = await c.patch(f"{EP}/{ep['id']}", json={"description": "a"})
+    assert again.headers["idempotent-replayed"] == "true"
+
+
 async def test_below_growth_cannot_list_or_receive(app: App, receiver: Receiver) -> None:
     ep = await add_endpoint(app, receiver.url)
     await app.services.store.set_plan(app.org_id, Plan.STARTER)

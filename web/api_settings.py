@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from svc_engine.settings import DeferredSettings
+from svc_engine.settings import DeferredSettings, apply_patch
 from web.http import Request, Response, json_response
 from web.idem import IdemSlot, json_render
 
@@ -32,7 +32,12 @@ def register(api: Api) -> None:
     async def patch_settings(req: Request) -> Response:
         ctx = api.server_auth(req)
         body = await req.body(api.max_body)
+        if (replayed := api.idem.replay(req, ctx.scope, body)) is not None:
+            return replayed  # a retry of a write that succeeded, before checks of the state
         patch = await req.json(api.max_body)
+        # 400s before the key is looked up (a body refused on its own is never a 409);
+        # again in the write, on the settings then
+        apply_patch(await (await services.registry.get(ctx.project.id)).get_settings(), patch)
 
         async def run(slot: IdemSlot) -> Response:
             render = json_render(200)

@@ -39,7 +39,7 @@ from svc_engine.ids import is_uuid
 from svc_engine.plans import QUOTAS
 from svc_engine.store import IdemWrite
 from svc_engine.webhook_delivery import DeliveryStatus
-from svc_engine.webhook_records import Endpoint, parse_create
+from svc_engine.webhook_records import Endpoint, edit_changes, parse_create
 from svc_engine.webhook_views import delivery_json, delivery_summary_json, endpoint_json
 from web.auth import KeyContext
 from web.http import Request, Response, json_response
@@ -106,8 +106,16 @@ def register(api: Api) -> None:
 
         return await api.idem.run(req, ctx.scope, body, run)
 
+    async def replayed(req: Request, ctx: KeyContext) -> Response | None:
+        """The stored answer to a retry of a write that succeeded: given before
+        the plan is checked again (a plan changed since does not turn it
+        into a 403), as every route gives it before its checks."""
+        return api.idem.replay(req, ctx.scope, await req.body(api.max_body))
+
     async def create(req: Request) -> Response:
         ctx = api.server_auth(req)
+        if (answer := await replayed(req, ctx)) is not None:
+            return answer
         _need_plan(ctx)
         fields = parse_create(await req.json(api.max_body))
         return await write(req, ctx, 201, _endpoint_out, lambda idem: admin.create_endpoint(
@@ -132,6 +140,7 @@ def register(api: Api) -> None:
         ctx = api.server_auth(req)
         endpoint_id = _id(req, "endpoint")
         patch = await req.json(api.max_body)
+        edit_changes(patch)  # 400s before the key is looked up (and again in the write)
         return await write(req, ctx, 200, _endpoint_out, lambda idem: admin.edit_endpoint(
             actor(), ctx.project.id, ctx.mode, endpoint_id, patch, idem))
 
@@ -143,6 +152,8 @@ def register(api: Api) -> None:
 
     async def test(req: Request) -> Response:
         ctx = api.server_auth(req)
+        if (answer := await replayed(req, ctx)) is not None:
+            return answer
         _need_plan(ctx)
         endpoint_id = _id(req, "endpoint")
         return await write(req, ctx, 201, _delivery_out, lambda idem: admin.send_test(
@@ -202,6 +213,8 @@ def register(api: Api) -> None:
     def again(action: str) -> Callable[[Request], Awaitable[Response]]:
         async def handler(req: Request) -> Response:
             ctx = api.server_auth(req)
+            if (answer := await replayed(req, ctx)) is not None:
+                return answer
             _need_plan(ctx)
             delivery_id = _id(req, "delivery")
             return await write(req, ctx, 200, _delivery_out, lambda idem: admin.send_again(
