@@ -224,3 +224,34 @@ def test_https_with_trustme_and_hsts_on_the_dashboard(server_factory: type[Serve
         assert dash.headers.get("strict-transport-security", "").startswith("max-age=")
     with pytest.raises(httpx.ConnectError), httpx.Client(base_url=srv.url) as c:
         c.get("/healthz")  # an untrusted certificate is refused by a default client
+
+
+def test_a_range_on_the_dashboard_is_ignored(shared: ServerProcess) -> None:
+    """A suffix range (``bytes=-5``) made Quart fail (500, a traceback in the
+    log); the dashboard answers every range with the whole file (RFC 9110
+    14.2 lets a server ignore Range)."""
+    srv = shared
+    with srv.client() as c:
+        whole = c.get("/dashboard/static/dashboard.css")
+        for value in ("bytes=-5", "bytes=0-4", "bytes=5-", "bytes=9999999-"):
+            r = c.get("/dashboard/static/dashboard.css", headers={"range": value})
+            assert (r.status_code, r.content) == (200, whole.content), value
+            assert c.head("/dashboard/static/dashboard.css",
+                          headers={"range": value}).status_code == 200
+    assert "Traceback" not in srv.logs() and "AssertionError" not in srv.logs()
+
+
+def test_a_client_resetting_a_dashboard_answer_is_no_error(shared: ServerProcess) -> None:
+    """A client gone mid-answer (a reset while the dashboard's task group
+    writes) is not the application failing: nothing is logged as an error."""
+    srv = shared
+    for _ in range(5):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        s.connect(("127.0.0.1", _port(srv)))
+        s.sendall(b"GET /dashboard/static/dashboard.css HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.recv(100)  # the answer has begun
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.close()  # a reset, with most of the answer unsent
+    _healthy(srv)
+    assert "application failed" not in srv.logs() and "Traceback" not in srv.logs()

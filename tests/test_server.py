@@ -317,6 +317,14 @@ async def test_application_failure_after_the_answer_started_cuts_the_connection(
      b"headers_too_large"),
     (b"GET /\xff\xfe HTTP/1.1\r\nhost: t\r\n\r\n", 400, b"bad_request"),
     (b"GET /%ff HTTP/1.1\r\nhost: t\r\n\r\n", 400, b"bad_request"),
+    # a length and a coding: framed apart by whatever stands between (smuggling)
+    (b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 40\r\n"
+     b"transfer-encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nhost: t\r\n\r\n",
+     400, b"bad_request"),
+    (b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\n"
+     b"transfer-encoding:\r\n chunked\r\n\r\n0\r\n\r\n", 400, b"bad_request"),  # folded
+    (b"GET * HTTP/1.1\r\nhost: t\r\n\r\n", 400, b"bad_request"),  # "*" is OPTIONS' only
+    (b"GET http://u@t/ HTTP/1.1\r\nhost: t\r\n\r\n", 400, b"bad_request"),
 ])
 async def test_malformed_requests_get_a_4xx_and_a_close(served: Any, raw: bytes,
                                                          status: int, code: bytes) -> None:
@@ -336,11 +344,57 @@ async def test_malformed_requests_get_a_4xx_and_a_close(served: Any, raw: bytes,
 
 
 async def test_absolute_form_target(served: Any) -> None:
+    """The target's authority is the host, whatever Host says (RFC 9112
+    3.2.2); its path ends at the first "/" or "?" after the authority."""
     app, _, connect, _ = served
     c = await connect()
     await c.stream.send_all(b"GET http://t/abs/path?q=1 HTTP/1.1\r\nhost: t\r\n\r\n")
     assert (await c.response())[1] == b"path=/abs/path query=q=1"
     assert app.scopes[0]["raw_path"] == b"/abs/path"
+    await c.stream.send_all(b"GET http://go.other.test/same HTTP/1.1\r\nhost: t\r\n\r\n"
+                            b"GET http://h?/x HTTP/1.1\r\nhost: t\r\n\r\n"
+                            b"GET http://h:8080 HTTP/1.1\r\nhost: t\r\n\r\n"
+                            b"OPTIONS * HTTP/1.1\r\nhost: t\r\n\r\n")
+    assert [(await c.response())[1] for _ in range(4)] == [
+        b"path=/same query=", b"path=/ query=/x", b"path=/ query=", b"path=/ query="]
+    hosts = [[v for k, v in scope["headers"] if k == b"host"] for scope in app.scopes[1:]]
+    assert hosts == [[b"go.other.test"], [b"h"], [b"h:8080"], [b"t"]]
+
+
+async def test_an_upgrade_is_declined_and_the_connection_goes_on(served: Any) -> None:
+    """A head h11 reads (bare line feeds) asking to switch protocols: answered
+    as any request, and the request pipelined after it answered too."""
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(b"GET /a HTTP/1.1\nhost: t\nupgrade: websocket\n"
+                            b"connection: Upgrade\n\n" + get("/b"))
+    first, body = await c.response()
+    assert body == b"path=/a query=" and b"connection" not in dict(first.headers)
+    assert (await c.response())[1] == b"path=/b query="
+
+
+async def test_a_body_h11_reads_unread_says_the_connection_closes(served: Any) -> None:
+    """Answered before a body h11 reads came (bare line feeds here): the
+    answer says the connection closes, as for a body read here."""
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(b"POST /ignored HTTP/1.1\nhost: t\ncontent-length: 10\n\nab")
+    head, body = await c.response()
+    assert body == b"path=/ignored query=" and (b"connection", b"close") in head.headers
+    await c.expect_close()
+
+
+async def test_a_close_with_requests_sent_past_it_is_staged(served: Any) -> None:
+    """Requests pipelined after one asking to close are dropped, but the
+    connection ends with the server's EOF after the answer, not a reset
+    (RFC 9112 9.6)."""
+    _, _, connect, _ = served
+    c = await connect()
+    await c.stream.send_all(get("/a", b"connection: close\r\n") + get("/b") * 8000)
+    head, body = await c.response()
+    assert body == b"path=/a query=" and (b"connection", b"close") in head.headers
+    with trio.fail_after(5):
+        assert await c.stream.receive_some(65536) == b""  # EOF (a reset raises)
 
 
 async def test_percent_encoded_path_is_decoded(served: Any) -> None:

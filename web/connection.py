@@ -94,6 +94,7 @@ RECEIVE_SIZE = 65536
 DRAIN_LIMIT = 1 << 20
 ASGI = {"version": "3.0", "spec_version": "2.3"}
 CLOSED = CLIENT_GONE  # what sending or receiving raises once the client is gone
+_MIGHT_SWITCH = h11.MIGHT_SWITCH_PROTOCOL  # type: ignore[attr-defined]  # (not in h11.__all__)
 SEND_PIECE = 65536  # the most one timed write carries
 # a chunked body (module docstring): chunks allowed, whatever the payload,
 # and one more per this many bytes of payload
@@ -142,6 +143,7 @@ class Connection:
         self.payload = 0
         self.wire = 0
         self.body_refused = False  # answered 413 for its framing (module docstring)
+        self.h11_body = False  # the head h11 parsed declared a body
         self.client = client
         self.addr = addr
         self.limit = server.settings.max_header_bytes
@@ -212,6 +214,13 @@ class Connection:
         # h11's Headers iterate slowly: listed once per request
         head = Head(event.method, event.target, event.http_version, list(event.headers), -1)
         self._check_size(head)
+        names = [name for name, _ in head.headers]  # (h11 lower-cases them)
+        if b"transfer-encoding" in names and b"content-length" in names:
+            # h11 frames by the coding; anything between the client and us may
+            # have framed by the length: refused (RFC 9112 6.1), and closed
+            raise h11.RemoteProtocolError("both Content-Length and Transfer-Encoding")
+        self.h11_body = b"transfer-encoding" in names or any(
+            name == b"content-length" and value.strip() != b"0" for name, value in head.headers)
         return head
 
     def _check_size(self, head: Head) -> None:
@@ -255,6 +264,8 @@ class Connection:
                 await self._drain_and_close()
                 return
             if not self.keep_alive:
+                if self.pending:  # sent past the last request: closing now would reset
+                    await self._drain_and_close()  # (and might erase the answer)
                 return
 
     def _begin(self, head: Head) -> None:
@@ -275,9 +286,13 @@ class Connection:
         connection will close after this answer (``_drain_and_close``): the
         answer then says so, or a client would send its next request on a
         connection about to close (an early 401 or 429 to a large body).
-        Known for a body with a length; a chunked one (through h11) is not
-        judged before the answer, and its connection closes without saying."""
-        return self.h11 is None and self.body_left > len(self.pending)
+        Known for a body with a length read here; for one h11 reads (chunked,
+        or an unusual head), not known without reading it, so any such body
+        the application has not read to its end counts as still coming: the
+        answer says it closes, and it does."""
+        if self.h11 is None:
+            return self.body_left > len(self.pending)
+        return self.h11_body and not self.body_done
 
     def _skip_buffered_body(self) -> bool:
         """The response is out: consume what is buffered of a body the
@@ -300,7 +315,8 @@ class Connection:
             pass
         if conn.their_state is h11.SEND_BODY:
             return False
-        if conn.their_state is h11.DONE:
+        # (an Upgrade request is always declined: its connection goes on as before)
+        if conn.their_state is h11.DONE or conn.their_state is _MIGHT_SWITCH:
             data, self.eof = conn.trailing_data
             self.pending = bytearray(data)
         else:
@@ -336,7 +352,9 @@ class Connection:
             await self.server.app(scope, self._receive, self._send)
         except CLOSED:
             return False
-        except Exception:
+        except Exception as e:
+            if isinstance(e, ExceptionGroup) and e.split(CLOSED)[1] is None:
+                return False  # the client went away under a framework's task group (Quart-Trio)
             if self.body_refused:  # receive's PayloadTooLarge let through: answered already
                 return self.complete  # then closed after a drain, as for any unread body
             log.exception("the application failed on %s %s", scope["method"],
@@ -354,15 +372,25 @@ class Connection:
 
     def _scope(self, head: Head) -> Scope | None:
         target = head.target
+        headers = head.headers
         if not target.startswith(b"/"):
-            if target == b"*":
-                target = b"/"
-            else:  # absolute form: keep the path and query
-                scheme_end = target.find(b"://")
-                slash = target.find(b"/", scheme_end + 3) if scheme_end > 0 else -1
-                if slash < 0:
+            if target == b"*":  # asterisk form: the server as a whole, for OPTIONS only
+                if head.method != b"OPTIONS":
                     return None
-                target = target[slash:]
+                target = b"/"
+            else:  # absolute form: its authority is the host (RFC 9112 3.2.2), not Host
+                scheme_end = target.find(b"://")
+                if scheme_end <= 0:
+                    return None
+                rest = target[scheme_end + 3:]
+                end = min((i for i in (rest.find(b"/"), rest.find(b"?")) if i >= 0),
+                          default=len(rest))
+                authority, target = rest[:end], rest[end:]
+                if not authority or b"@" in authority:
+                    return None
+                target = target if target.startswith(b"/") else b"/" + target
+                headers = [(k, v) for k, v in headers if k.lower() != b"host"]
+                headers.append((b"host", authority))
         raw_path, _, query = target.partition(b"?")
         try:
             path = unquote(raw_path.decode("ascii"), errors="strict")
@@ -373,7 +401,7 @@ class Connection:
             "http_version": "1.1" if head.http_version == b"1.1" else "1.0",
             "method": head.method.decode("ascii"), "scheme": self.server.scheme,
             "path": path, "raw_path": raw_path, "query_string": query, "root_path": "",
-            "headers": head.headers, "client": self.client, "server": self.addr,
+            "headers": headers, "client": self.client, "server": self.addr,
             "extensions": self._extensions(),
         }
 

@@ -141,6 +141,11 @@ class Front:
             return
         status = 0
         aside = self._receive_aside(receive)
+        if any(name == b"range" for name, _ in scope["headers"]):
+            # Quart fails on a suffix range (bytes=-5: a 500); the dashboard has
+            # nothing worth a part of, so a range is ignored (RFC 9110 14.2)
+            scope = {**scope, "headers": [(k, v) for k, v in scope["headers"]
+                                          if k not in _RANGE_HEADERS]}
 
         async def reading() -> dict[str, Any]:
             # A body the connection refuses (its chunk framing: web/connection.py)
@@ -219,6 +224,7 @@ def _only_get(req: Request) -> None:
 
 
 _READ = ("GET", "HEAD")
+_RANGE_HEADERS = (b"range", b"if-range")
 _NO_BODY = frozenset(_READ)  # a tap: nothing to wait for, no wrapper to make
 HSTS = (b"strict-transport-security", b"max-age=31536000; includeSubDomains")
 
