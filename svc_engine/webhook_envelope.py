@@ -149,6 +149,19 @@ def referrer_host_of(referrer: str | None) -> str | None:
     host = (host or "").removesuffix(".")  # the root's dot: the same host
     if not host or _HOST_NAME.fullmatch(host) is None:
         return None  # an IPv6 address never matches (its colons)
-    if host.rpartition(".")[2].isdigit():
-        return None  # an IPv4 address (no top-level domain is all digits: RFC 3696)
+    if _ends_in_a_number(host.rpartition(".")[2]):
+        return None  # an IPv4 address, as a browser reads it (0xcb.0.0x71.197 too)
     return host
+
+
+def _ends_in_a_number(label: str) -> bool:
+    """WHATWG URL's "ends in a number" of a host's last label: all digits,
+    or ``0x`` and hex digits (or nothing). Such a host is an IPv4 address to
+    every browser (``0xcb.0x0.0x71.0xc5``, ``3405803973``); no top-level
+    domain is all digits (RFC 3696)."""
+    if label.isdigit():
+        return True
+    return label[:2] in ("0x", "0X") and all(c in _HEX for c in label[2:])
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")

@@ -164,6 +164,10 @@ def test_click_data_rejects(overrides: dict[str, Any], field: str) -> None:
         ("http://10.1.2/x", None),  # not an address, nor a name: no TLD is all digits
         ("https://example.123/", None),
         ("https://123.example/", "123.example"),
+        # what a browser reads as IPv4 (WHATWG URL: the last label is a number)
+        ("http://0xcb.0x0.0x71.0xc5/x", None), ("http://3405803973/", None),
+        ("http://0xCB000071/", None), ("http://a.0x/", None), ("http://0xcb.0.0x71.197/", None),
+        ("https://0xg.example/", "0xg.example"), ("https://example.0xg/", "example.0xg"),
         ("2001:db8::1", None),
         ("example.com:8080", "example.com"),
         # only a DNS host name is kept: it goes into counter keys and exports
