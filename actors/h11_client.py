@@ -19,6 +19,14 @@ dialled; this module never resolves a name and never reads the environment
   EndOfMessage go out in one write; events are read until EndOfMessage,
   skipping 1xx answers and keeping at most ``read_limit`` body bytes. A body
   longer than that is cut: reading stops and the connection is closed.
+  What an answer may cost is bounded too, as the server bounds a request's
+  body (web/connection.py): at most ``MAX_INFORMATIONAL`` 1xx answers (more
+  is a protocol error), and a body may come in at most ``CHUNK_FLOOR``
+  pieces plus one per ``CHUNK_BYTES`` of it, and in at most twice its size
+  plus ``WIRE_SLACK`` bytes read; past either it is cut as a long body is.
+  Every ``CHECKPOINT_EVENTS`` events the exchange lets other tasks run. So
+  a receiver sending endless ``100 Continue`` or a body in 1-byte chunks
+  costs a few ms of the event loop, not seconds of it.
 * A connection goes back to the pool only when both sides are DONE, nothing
   is left unread and ``start_next_cycle`` returned them to IDLE. So
   ``Connection: close``, an HTTP/1.0 answer without keep-alive, a body
@@ -49,6 +57,11 @@ import h11
 import trio
 
 READ_CHUNK = 32 * 1024
+MAX_INFORMATIONAL = 8
+CHUNK_FLOOR = 1024
+CHUNK_BYTES = 256
+WIRE_SLACK = 64 * 1024
+CHECKPOINT_EVENTS = 256
 IDLE_S = 30.0
 MAX_IDLE_PER_ORIGIN = 32
 MAX_IDLE = 256
@@ -169,21 +182,30 @@ class Connection:
         await self._stream.send_all(out)
         head: h11.Response | None = None
         parts: list[bytes] = []
-        size = 0
+        size = wire = events = informational = 0
         while True:
             event = conn.next_event()
+            events += 1
+            if not events % CHECKPOINT_EVENTS:
+                await trio.lowlevel.checkpoint()
             if event is h11.NEED_DATA:
                 data = await self._stream.receive_some(READ_CHUNK)
                 if not data and head is None:
                     raise IncompleteResponse("the connection closed before an answer arrived")
+                wire += len(data)
+                if head is not None and wire > 2 * size + WIRE_SLACK:
+                    return self._cut(head, parts, read_limit, reused, whole=False)
                 conn.receive_data(bytes(data))
             elif type(event) is h11.Data:
                 parts.append(event.data)
                 size += len(event.data)
                 if size >= read_limit:
                     return self._cut(head, parts, read_limit, reused)
+                if len(parts) > CHUNK_FLOOR + size // CHUNK_BYTES:
+                    return self._cut(head, parts, read_limit, reused, whole=False)
             elif type(event) is h11.Response:
                 head = event
+                wire = 0  # the body's, from here (h11 bounds the head)
             elif type(event) is h11.EndOfMessage:
                 assert head is not None  # h11 sends EndOfMessage only after a Response
                 self._next_cycle()
@@ -191,7 +213,11 @@ class Connection:
                                 reused)
             elif type(event) is h11.ConnectionClosed:
                 raise IncompleteResponse("the connection closed before an answer arrived")
-            # InformationalResponse (1xx): wait for the final answer.
+            else:  # InformationalResponse (1xx): wait for the final answer, a few at most
+                informational += 1
+                if informational > MAX_INFORMATIONAL:
+                    raise h11.RemoteProtocolError(
+                        f"more than {MAX_INFORMATIONAL} informational (1xx) answers")
 
     def _next_cycle(self) -> None:
         """Ready for another exchange if both sides are DONE and nothing else came
@@ -202,10 +228,13 @@ class Connection:
             conn.start_next_cycle()
 
     def _cut(self, head: h11.Response | None, parts: list[bytes], read_limit: int,
-             reused: bool) -> Response:
+             reused: bool, *, whole: bool = True) -> Response:
+        """The answer with its body cut at ``read_limit``, or where its framing
+        passed the bounds (``whole=False``: reading stops, the connection
+        closes)."""
         assert head is not None
         body = b"".join(parts)
-        complete = (len(body) == read_limit
+        complete = (whole and len(body) == read_limit
                     and type(self._h11.next_event()) is h11.EndOfMessage)
         if complete:
             self._next_cycle()

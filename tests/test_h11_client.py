@@ -169,6 +169,65 @@ async def test_interim_1xx_answers_are_skipped(client: H11Client) -> None:
     assert first.status == 201 and second.reused
 
 
+async def test_endless_interim_answers_are_a_protocol_error(client: H11Client) -> None:
+    """A receiver sending ``100 Continue`` forever held the event loop for the
+    whole deadline (seconds of CPU an attempt): a few are skipped, then the
+    attempt fails."""
+    async def flood(peer: Peer) -> None:
+        await peer.request()
+        while True:
+            await peer.send(b"HTTP/1.1 100 Continue\r\n\r\n" * 64)
+
+    async with serving(flood) as server:
+        with trio.fail_after(10), pytest.raises(h11.RemoteProtocolError, match="informational"):
+            await _post(client, server)
+    assert client.pool.idle == 0
+
+
+async def test_a_body_in_tiny_chunks_is_cut_early_and_lets_others_run(
+        client: H11Client) -> None:
+    """A 200 whose body comes a byte a chunk: cut once its pieces pass the
+    bound (1,024 plus one per 256 bytes), as a long body is; the status
+    stands. Another task runs while it is read."""
+    async def tiny(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        while True:
+            await peer.send(b"1\r\nz\r\n" * 4096)
+
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await trio.sleep(0)
+
+    async with serving(tiny) as server, trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        with trio.fail_after(10):
+            answer = await _post(client, server)
+        nursery.cancel_scope.cancel()
+    assert answer.status == 200 and not answer.complete
+    assert 1000 < len(answer.body) <= 1030 and answer.body == b"z" * len(answer.body)
+    assert turns > 2 and client.pool.idle == 0
+
+
+async def test_a_body_in_padded_chunks_is_cut_by_its_wire_bytes(client: H11Client) -> None:
+    """Chunk extensions (framing, no payload): the bytes read for a body are
+    at most twice its size plus 64 KiB."""
+    async def padded(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        while True:
+            await peer.send(b"1;" + b"x" * 8000 + b"\r\nz\r\n")
+
+    async with serving(padded) as server:
+        with trio.fail_after(10):
+            answer = await _post(client, server)
+    assert answer.status == 200 and not answer.complete and len(answer.body) < 20
+
+
 # -- the pool ------------------------------------------------------------------------------
 
 async def test_the_pool_keeps_at_most_its_cap_per_origin() -> None:
