@@ -2,10 +2,17 @@
 
 A delivery whose attempt is due waits in its endpoint's ready queue. The queues
 are served round-robin (an endpoint whose delivery just started goes to the
-back) while fewer than ``senders`` attempts are in flight in all and fewer than
-``per_endpoint`` for that endpoint, so one slow endpoint cannot hold every
-sender. A delivery is *busy* from the moment it is queued until its attempt is
-reported (or it is dropped): it is never queued twice.
+back) while fewer than ``senders`` attempts are in flight in all, fewer than
+``per_project`` for the endpoint's project, and fewer than the endpoint's
+allowance: ``per_endpoint``, or one while the endpoint hangs (its last
+attempt timed out, ``answered``; the allowance doubles back with each
+attempt that did not). So a few hung endpoints hold a few senders (one
+each), not all of them (4 endpoints of 8 each were 32 of 32), and one
+project's endpoints leave senders to the others. (An endpoint that answers,
+however slowly, keeps its allowance: holding it to one could leave it
+further behind than its events come.) A delivery is *busy* from
+the moment it is queued until its attempt is reported (or it is dropped): it
+is never queued twice.
 
 Memory is bounded: an endpoint's ready queue holds at most ``ready_cap``
 deliveries (READY_PER_ENDPOINT). ``add`` refuses a delivery when the queue is
@@ -31,7 +38,7 @@ the store orders them (canonical lowercase UUIDs).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from svc_engine.webhook_delivery import Delivery
 
@@ -43,11 +50,17 @@ costs the data directory, not memory)."""
 
 class SendQueue:
     def __init__(self, senders: int, per_endpoint: int,
-                 ready_cap: int = READY_PER_ENDPOINT) -> None:
+                 ready_cap: int = READY_PER_ENDPOINT, per_project: int | None = None) -> None:
         if ready_cap < 1:
             raise ValueError("a ready queue holds at least one delivery")
         self._senders = senders
         self._per_endpoint = per_endpoint
+        # three quarters of the senders by default: the rest is left to other projects
+        self._per_project = per_project if per_project is not None else max(
+            1, senders - senders // 4)
+        self._allowance: dict[str, int] = {}  # endpoint id -> below per_endpoint (slow)
+        self._project_in_flight: dict[str, int] = {}
+        self._project_of_sending: dict[str, str] = {}  # delivery id -> project id
         self._ready_cap = ready_cap
         self._refill_at = ready_cap // 4
         self._refill_to = ready_cap - ready_cap // 4
@@ -157,15 +170,22 @@ class SendQueue:
         """The read-back asked for by ``refills_due`` is over (done or failed)."""
         self._refilling.discard(endpoint_id)
 
-    def startable(self) -> Iterator[Delivery]:
+    def startable(self, project_of: Callable[[str], str | None] = lambda _: None,
+                  ) -> Iterator[Delivery]:
         """Take ready deliveries, round-robin, while the caps allow; the caller
-        starts each (``started``) or gives it up (``release``) before the next."""
+        starts each (``started``) or gives it up (``release``) before the next.
+        ``project_of``: an endpoint's project (None: not known, no project cap)."""
         while self._ready and self.running < self._senders:
             took = False
             for endpoint_id in list(self._ready):
                 if self.running >= self._senders:
                     return
-                if self._in_flight.get(endpoint_id, 0) >= self._per_endpoint:
+                if self._in_flight.get(endpoint_id, 0) >= self._allowance.get(
+                        endpoint_id, self._per_endpoint):
+                    continue
+                project = project_of(endpoint_id)
+                if (project is not None
+                        and self._project_in_flight.get(project, 0) >= self._per_project):
                     continue
                 queue = self._ready.pop(endpoint_id)
                 d = queue.popleft()
@@ -176,10 +196,30 @@ class SendQueue:
             if not took:
                 return
 
-    def started(self, stored: Delivery, sending: Delivery) -> None:
+    def started(self, stored: Delivery, sending: Delivery, project: str | None = None) -> None:
         self._sending[stored.id] = (stored, sending)
         self._in_flight[stored.endpoint_id] = self._in_flight.get(stored.endpoint_id, 0) + 1
+        if project is not None:
+            self._project_of_sending[stored.id] = project
+            self._project_in_flight[project] = self._project_in_flight.get(project, 0) + 1
         self.running += 1
+
+    def answered(self, endpoint_id: str, *, hung: bool) -> None:
+        """An attempt of the endpoint ended: ``hung`` (it timed out) leaves the
+        endpoint one attempt in flight; any other doubles its allowance back
+        towards ``per_endpoint``."""
+        if hung:
+            self._allowance[endpoint_id] = 1
+        elif endpoint_id in self._allowance:
+            grown = self._allowance[endpoint_id] * 2
+            if grown >= self._per_endpoint:
+                del self._allowance[endpoint_id]
+            else:
+                self._allowance[endpoint_id] = grown
+
+    def allowance(self, endpoint_id: str) -> int:
+        """Attempts the endpoint may have in flight now."""
+        return self._allowance.get(endpoint_id, self._per_endpoint)
 
     def release(self, d: Delivery) -> None:
         """``d`` was taken but not started."""
@@ -189,11 +229,10 @@ class SendQueue:
         """An attempt was reported: (as stored, Sending), or None if forgotten."""
         self._busy.discard(delivery_id)
         self.running -= 1
-        left = self._in_flight.get(endpoint_id, 1) - 1
-        if left > 0:
-            self._in_flight[endpoint_id] = left
-        else:
-            self._in_flight.pop(endpoint_id, None)
+        _count_down(self._in_flight, endpoint_id)
+        project = self._project_of_sending.pop(delivery_id, None)
+        if project is not None:
+            _count_down(self._project_in_flight, project)
         return self._sending.pop(delivery_id, None)
 
     def drop_ready(self, endpoint_id: str) -> deque[Delivery]:
@@ -210,7 +249,16 @@ class SendQueue:
         """An endpoint went away: drop its ready queue; its attempts in flight
         (returned, Sending) will be reported and ignored."""
         self.drop_ready(endpoint_id)
+        self._allowance.pop(endpoint_id, None)
         gone = [s for d, s in self._sending.values() if d.endpoint_id == endpoint_id]
         for d in gone:
             del self._sending[d.id]
         return gone
+
+
+def _count_down(counts: dict[str, int], key: str) -> None:
+    left = counts.get(key, 1) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)

@@ -107,6 +107,7 @@ from svc_engine.outbox import OutboxEvent
 from svc_engine.plans import QUOTAS
 from svc_engine.webhook_delivery import WAITING, Delivery, DeliveryStatus
 from svc_engine.webhook_records import Endpoint, off_if_due
+from svc_engine.webhook_retry import TIMEOUT
 from svc_engine.webhook_steps import FanOut, apply_answer, fan_out
 
 log = logging.getLogger("svc.webhooks")
@@ -575,7 +576,7 @@ class WebhookActor:
         what the starts change) to be written; ask for the read-back of
         overflowed endpoints whose ready queue ran low."""
         plans: dict[str, bool] = {}
-        for d in self._queue.startable():
+        for d in self._queue.startable(self._project_of):
             self._start(d, changes, plans)
         self._writes.apply(changes)
         for endpoint_id in self._queue.refills_due():
@@ -583,6 +584,10 @@ class WebhookActor:
                 self.mailbox.call_nowait(functools.partial(self._refill, endpoint_id))
             except Overloaded:  # the calls queued will pump, and ask again
                 self._queue.refill_ended(endpoint_id)
+
+    def _project_of(self, endpoint_id: str) -> str | None:
+        endpoint = self._endpoints.get(endpoint_id)
+        return endpoint.project_id if endpoint is not None else None
 
     def _start(self, d: Delivery, changes: Changes, plans: dict[str, bool]) -> None:
         """Hand ``d`` (as stored) to a sender; park it instead if its
@@ -608,7 +613,7 @@ class WebhookActor:
             self._writes.in_flight(sending)  # shown, not written (module docstring)
         else:
             sending = d  # a manual attempt, written Sending by its action
-        self._queue.started(d, sending)
+        self._queue.started(d, sending, endpoint.project_id)
         self._senders.send_nowait(SendJob(d.id, endpoint.id, endpoint.url, endpoint.secret,
                                           d.event_type, body))
 
@@ -619,6 +624,7 @@ class WebhookActor:
         for report in reports:
             job = report.job
             started = self._queue.finished(job.delivery_id, job.endpoint_id)
+            self._queue.answered(job.endpoint_id, hung=report.error == TIMEOUT)
             endpoint = self._endpoints.get(job.endpoint_id)
             if started is not None and endpoint is not None:
                 health = self._record(*started, endpoint, report, changes)

@@ -244,7 +244,7 @@ def _in_order_but_for(times: list[int], window: int) -> bool:
 
 
 def _assert_no_deadline_work(store: LmdbStore, work: DeadlineWork, actor: WebhookActor,
-                             left_behind: set[str]) -> None:
+                             left_behind: set[str], in_flight: int = 1) -> None:
     """No deadline armed for the backlog; only those ``left_behind`` fired or
     went; the endpoint overflowed, its attempts running, its queue capped."""
     assert work.armed == 0
@@ -252,7 +252,8 @@ def _assert_no_deadline_work(store: LmdbStore, work: DeadlineWork, actor: Webhoo
     assert work.removed <= len(left_behind)
     assert _deadlines(store) <= left_behind
     stats = actor.statistics()
-    assert stats.endpoints_overflowed == 1 and stats.in_flight == PER_ENDPOINT
+    # hung: its attempts time out, so one at a time (actors/webhook_queue.py), once one has
+    assert stats.endpoints_overflowed == 1 and stats.in_flight == in_flight
     assert stats.ready <= READY_PER_ENDPOINT
 
 
@@ -283,7 +284,7 @@ async def test_a_hung_endpoint_holds_at_most_the_cap_in_memory(
     stats = actor.statistics()
     assert stats.deliveries_created == count
     assert peak[endpoint_id] <= READY_PER_ENDPOINT
-    assert stats.ready <= READY_PER_ENDPOINT and stats.in_flight == PER_ENDPOINT
+    assert stats.ready <= READY_PER_ENDPOINT and stats.in_flight == 1  # hung: one at a time
     assert stats.endpoints_overflowed == 1
     # Every delivery is in the store, waiting; those the actor does not
     # hold wait there only (no deadline for the timer to fire).
@@ -295,9 +296,10 @@ async def test_a_hung_endpoint_holds_at_most_the_cap_in_memory(
     assert len(waiting) >= count - READY_PER_ENDPOINT - PER_ENDPOINT
     assert all(d.status is DeliveryStatus.QUEUED and d.id not in armed
                for d in waiting if not d.attempts)
-    # Two hours hung, no more events: the queue runs down and is read back
-    # from the store (beyond the first thousand), never above the cap.
-    await trio.sleep(2 * 3600)
+    # Hours hung, no more events: the queue runs down (an attempt a 10 s
+    # timeout, with the retries come due) and is read back from the store
+    # (beyond the first thousand), never above the cap.
+    await trio.sleep(6 * 3600)
     assert peak[endpoint_id] <= READY_PER_ENDPOINT
     assert len(receiver.first_attempts()) > READY_PER_ENDPOINT + PER_ENDPOINT
     assert receiver.delivered == Counter() and receiver.twice_at_once == []
@@ -418,7 +420,8 @@ async def test_a_restart_costs_no_deadline_work_for_the_backlog_left_in_the_stor
         await trio.sleep(LIMIT_S / 2)  # no attempt has ended yet
         # Nothing armed; only deadlines the stop left behind fired or went,
         # and none for a delivery the restart queued (its deadline went then).
-        _assert_no_deadline_work(store, work, again, armed_at_stop)
+        # (a restarted actor has seen no attempt time out yet: all 8 of the endpoint's)
+        _assert_no_deadline_work(store, work, again, armed_at_stop, in_flight=PER_ENDPOINT)
         assert work.idle == 0 and work.removed > 0
         receiver.hung = False
         stored = await _all_delivered(again, receiver, project_id, count)
@@ -609,7 +612,7 @@ async def test_a_manual_send_to_a_full_endpoint_goes_first(
     b = backlog
     actor, receiver, project_id, endpoint_id = b.actor, b.receiver, b.project_id, b.endpoint_id
     stats = actor.statistics()
-    assert stats.endpoints_overflowed == 1 and stats.in_flight == PER_ENDPOINT
+    assert stats.endpoints_overflowed == 1 and stats.in_flight == 1  # hung: one at a time
     before = len(receiver.attempts)
     view = await webhook_admin.send_test(actor, project_id, Mode.TEST, endpoint_id, None)
     assert actor.statistics().ready == stats.ready + 1  # not refused
@@ -777,3 +780,49 @@ async def test_a_turn_on_after_the_wall_clock_stepped_back_strands_no_delivery(
         now = clock.now_ms()
         assert sum(1 for d in stored if not wd.is_due(d, now)) > READY_PER_ENDPOINT
         await _all_delivered(actor, receiver, project_id, count)
+
+
+def _take_all(q: SendQueue, project_of: Callable[[str], str | None] = lambda _: None,
+              ) -> list[Delivery]:
+    """Start every delivery the caps allow now (as the actor does)."""
+    taken = []
+    for d in q.startable(project_of):
+        q.started(d, d, project_of(d.endpoint_id))
+        taken.append(d)
+    return taken
+
+
+def test_a_hung_endpoint_keeps_one_attempt_in_flight_until_it_answers() -> None:
+    q = SendQueue(senders=32, per_endpoint=8)
+    for n in range(40):
+        q.add(_d(n, "a"))
+    first = _take_all(q)
+    assert len(first) == 8 and q.allowance("a") == 8
+    q.finished(first[0].id, "a")
+    q.answered("a", hung=True)  # a timeout
+    assert q.allowance("a") == 1 and _take_all(q) == []  # 7 still in flight
+    for d in first[1:]:
+        q.finished(d.id, "a")
+        q.answered("a", hung=True)
+    assert len(_take_all(q)) == 1
+    # it answers again: the allowance doubles back (2, 4, 8)
+    for want in (2, 4, 8):
+        q.answered("a", hung=False)
+        assert q.allowance("a") == want
+    q.forget("a")
+    assert q.allowance("a") == 8
+
+
+def test_one_project_leaves_a_quarter_of_the_senders_to_the_others() -> None:
+    q = SendQueue(senders=32, per_endpoint=8)
+    project = {f"a{i}": "A" for i in range(5)} | {"b0": "B"}
+    for e, endpoint in enumerate(project):
+        for n in range(10):
+            q.add(_d(e * 100 + n, endpoint))
+    taken = _take_all(q, project.get)
+    per_project = Counter(project[d.endpoint_id] for d in taken)
+    assert per_project == Counter({"A": 24, "B": 8})
+    # A's attempts ending free its share, not more
+    for d in [d for d in taken if project[d.endpoint_id] == "A"][:3]:
+        q.finished(d.id, d.endpoint_id)
+    assert Counter(project[d.endpoint_id] for d in _take_all(q, project.get)) == Counter({"A": 3})

@@ -462,6 +462,35 @@ async def test_at_most_8_attempts_in_flight_per_endpoint(
     assert all(_one(app, e.id).status is DeliveryStatus.DELIVERED for e in events)
 
 
+async def test_hung_endpoints_leave_senders_to_the_others(
+        world: World, autojump_clock: trio.testing.MockClock) -> None:
+    """Four endpoints whose receiver never answers took all 32 senders (8
+    each) for as long as they had deliveries: a fifth, healthy one got an
+    attempt when one of theirs timed out (40 events took 50 s). A timed-out
+    endpoint now keeps one attempt in flight: after the first timeouts the
+    healthy endpoint's deliveries all go at once."""
+    app, receiver, clock = world
+
+    async def respond(req: Received, n: int) -> Reply:
+        if "/hung" in req.target:
+            await trio.sleep(3600)  # past the 10 s deadline: a timeout
+        return 204, [], b""
+
+    receiver.respond = respond
+    for n in range(4):
+        await add_endpoint(app, f"{receiver.url}/hung{n}")
+    await add_endpoint(app, f"{receiver.url}/ok")
+    t0 = clock.now_ms()
+    for _ in range(40):
+        await emit(app, "click")
+    await until(clock, t0 + 12_000)  # the hung endpoints' first attempts timed out at 10 s
+    healthy = [t - t0 for h, t in zip(receiver.hits, receiver.times(), strict=True)
+               if h.request.target.endswith("/ok")]
+    assert len(healthy) == 40 and max(healthy) <= 10_000 + 100, healthy
+    assert app.services.webhooks is not None
+    assert app.services.webhooks.statistics().in_flight == 4  # one each of the hung
+
+
 async def test_retries_keep_their_schedule_when_the_timer_holds_two_deadlines(
         store: LmdbStore, wconfig: Config, ca: tuple[trustme.CA, str],
         autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
