@@ -23,6 +23,7 @@ import attrs
 import lmdb
 import orjson
 
+from actors.webhook_queue import MANUAL_WAITING
 from actors.webhooks import WebhookActor
 from svc_engine import signing
 from svc_engine import webhook_delivery as deliveries
@@ -148,6 +149,7 @@ async def send_test(actor: WebhookActor, project_id: str, mode: Mode, endpoint_i
         endpoint = _owned(actor, project_id, mode, endpoint_id)
         if endpoint.is_off:
             raise Conflict("this endpoint is Off; turn it on to send a test event")
+        _room_for_manual(actor, endpoint.id)
         now = actor.now_ms()
         event_id = actor.new_id()
         data = test_data(endpoint_id=endpoint.id, at_ms=now)
@@ -171,6 +173,14 @@ async def send_test(actor: WebhookActor, project_id: str, mode: Mode, endpoint_i
     return await actor.call(do)  # type: ignore[no-any-return]
 
 
+def _room_for_manual(actor: WebhookActor, endpoint_id: str) -> None:
+    """409 when ``MANUAL_WAITING`` manual attempts of the endpoint wait to
+    start already (its receiver is slow or hung: more would only queue)."""
+    if actor.manual_waiting(endpoint_id) >= MANUAL_WAITING:
+        raise Conflict(f"{MANUAL_WAITING} test or manual attempts of this endpoint are "
+                       "waiting to be sent already; try again once they are")
+
+
 async def send_again(actor: WebhookActor, project_id: str, mode: Mode, delivery_id: str,
                      action: str, idem: IdemWrite | None) -> DeliveryView:
     """Retry (a Failed delivery) or Resend (a Delivered one): sent again at once."""
@@ -185,6 +195,7 @@ async def send_again(actor: WebhookActor, project_id: str, mode: Mode, delivery_
             raise Conflict("this delivery's endpoint is Off; turn it on first")
         if actor.is_busy(d.id):
             raise Conflict("an attempt of this delivery is already under way")
+        _room_for_manual(actor, endpoint.id)
         again = deliveries.retry(d) if action == "retry" else deliveries.resend(d)
         event = actor.tables.event(project_id, mode, d.event_id)
         view = DeliveryView(again, endpoint, event)

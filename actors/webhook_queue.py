@@ -29,7 +29,10 @@ the endpoint's queue runs down to a quarter of ``ready_cap``,
 due deliveries back oldest first (``take_back``, up to ``room``: three
 quarters of the cap, the last quarter is left to retries) and says where it
 stopped (``refilled``; at the end of the store the overflow is over). A
-manual attempt (``front``) is never refused. Dropping or forgetting an
+manual attempt (``front``) is never refused here; its owner refuses one
+when ``manual_waiting`` says ``MANUAL_WAITING`` of the endpoint wait
+already (a Send test a second to a hung endpoint would otherwise grow its
+queue past the cap without end). Dropping or forgetting an
 endpoint forgets its overflow (turning it on brings its waiting deliveries
 back through ``add`` and ``leave``, oldest first). Delivery ids compare as
 the store orders them (canonical lowercase UUIDs).
@@ -41,6 +44,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from svc_engine.webhook_delivery import Delivery
+
+MANUAL_WAITING = 20
+"""Manual attempts (Send test, Retry, Resend) an endpoint may have waiting
+to start; its owner refuses more (409)."""
 
 READY_PER_ENDPOINT = 1_000
 """Due deliveries held in memory per endpoint (a few hundred bytes each); the
@@ -61,6 +68,7 @@ class SendQueue:
         self._allowance: dict[str, int] = {}  # endpoint id -> below per_endpoint (slow)
         self._project_in_flight: dict[str, int] = {}
         self._project_of_sending: dict[str, str] = {}  # delivery id -> project id
+        self._manual: dict[str, set[str]] = {}  # endpoint id -> manual attempts waiting
         self._ready_cap = ready_cap
         self._refill_at = ready_cap // 4
         self._refill_to = ready_cap - ready_cap // 4
@@ -130,9 +138,14 @@ class SendQueue:
         within ``room``)."""
         self._push(d, False)
 
+    def manual_waiting(self, endpoint_id: str) -> int:
+        """Manual attempts (``front``) of the endpoint not started yet."""
+        return len(self._manual.get(endpoint_id, ()))
+
     def _push(self, d: Delivery, front: bool) -> None:
         queue = self._ready.setdefault(d.endpoint_id, deque())
         if front:
+            self._manual.setdefault(d.endpoint_id, set()).add(d.id)
             queue.appendleft(d)
         else:
             queue.append(d)
@@ -191,6 +204,10 @@ class SendQueue:
                 d = queue.popleft()
                 if queue:
                     self._ready[endpoint_id] = queue  # to the back: round-robin
+                if (manual := self._manual.get(endpoint_id)) is not None:
+                    manual.discard(d.id)
+                    if not manual:
+                        del self._manual[endpoint_id]
                 took = True
                 yield d
             if not took:
@@ -240,6 +257,7 @@ class SendQueue:
         forget its overflow."""
         self._overflow.pop(endpoint_id, None)
         self._refused_due.pop(endpoint_id, None)
+        self._manual.pop(endpoint_id, None)
         queue = self._ready.pop(endpoint_id, deque())
         for d in queue:
             self._busy.discard(d.id)

@@ -711,6 +711,10 @@ class WebhookActor:
     def is_busy(self, delivery_id: str) -> bool:
         return self._queue.is_busy(delivery_id)
 
+    def manual_waiting(self, endpoint_id: str) -> int:
+        """Manual attempts of the endpoint waiting to start (``send_now``)."""
+        return self._queue.manual_waiting(endpoint_id)
+
     def schedule(self, deadline: Deadline) -> None:
         self._timer.schedule_nowait(deadline)
 

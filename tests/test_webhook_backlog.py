@@ -29,7 +29,7 @@ import trio.testing
 from actors import webhook_admin, webhooks
 from actors.clock import Clock, TrioWallClock
 from actors.timer import TimerActor
-from actors.webhook_queue import READY_PER_ENDPOINT, SendQueue
+from actors.webhook_queue import MANUAL_WAITING, READY_PER_ENDPOINT, SendQueue
 from actors.webhook_sender import AttemptReport, SendJob
 from actors.webhooks import WebhookActor
 from storage.lmdb_store import LmdbStore
@@ -37,7 +37,7 @@ from storage.webhooks_store import ATTEMPT_DEADLINE, attempt_deadline
 from storage.writer import Op
 from svc_engine import webhook_delivery as wd
 from svc_engine.deadlines import Deadline
-from svc_engine.errors import StorageUnavailable
+from svc_engine.errors import Conflict, StorageUnavailable
 from svc_engine.keys import Mode
 from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.plans import Plan
@@ -624,6 +624,22 @@ async def test_a_manual_send_to_a_full_endpoint_goes_first(
     [d] = [d for d in await _stored(actor, project_id) if d.id == view.delivery.id]
     assert d.status is DeliveryStatus.DELIVERED and len(d.attempts) == 1
     assert attempt_deadline(d) is None
+
+
+async def test_manual_attempts_waiting_for_a_hung_endpoint_are_bounded(
+        backlog: Backlog, autojump_clock: trio.testing.MockClock) -> None:
+    """Send test goes first and past the queue's cap, but only so many may
+    wait: a test a second to a hung endpoint grew its queue without end."""
+    b = backlog
+    actor, project_id, endpoint_id = b.actor, b.project_id, b.endpoint_id
+    ready = actor.statistics().ready
+    for _ in range(MANUAL_WAITING):
+        await webhook_admin.send_test(actor, project_id, Mode.TEST, endpoint_id, None)
+    with pytest.raises(Conflict, match="waiting to be sent"):
+        await webhook_admin.send_test(actor, project_id, Mode.TEST, endpoint_id, None)
+    assert actor.statistics().ready == ready + MANUAL_WAITING
+    await trio.sleep(LIMIT_S)  # the attempt in flight times out: a test starts
+    await webhook_admin.send_test(actor, project_id, Mode.TEST, endpoint_id, None)
 
 
 # -- the queue's rules alone (actors/webhook_queue.py), no event loop ------------------
