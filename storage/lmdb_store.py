@@ -29,6 +29,7 @@ from svc_engine.errors import (
     MapUnavailable,
     NotFound,
     StoreDamaged,
+    StoreUnreachable,
     ValidationError,
 )
 from svc_engine.idempotency import StoredResponse
@@ -40,6 +41,31 @@ from svc_engine.settings import DeferredSettings
 from svc_engine.store import IdemWrite, Store
 
 
+def has_data(path: str) -> bool:
+    """Whether the data dir ``path`` holds a store (``data.mdb``); a dir this
+    process may not look into, or a path that is not a dir, is
+    StoreUnreachable, not "no store" (``os.path.exists`` says False for
+    both)."""
+    try:
+        os.stat(os.path.join(path, "data.mdb"))
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise unreachable(path, e) from None
+    return True
+
+
+def unreachable(path: str, error: BaseException) -> StoreUnreachable:
+    """The one-line refusal of a data dir this process cannot use."""
+    if isinstance(error, FileExistsError | NotADirectoryError) or (
+            os.path.exists(path) and not os.path.isdir(path)):
+        return StoreUnreachable(f"SVC_DATA_DIR: {path} is not a directory")
+    reason = (getattr(error, "strerror", None) or str(error)).removeprefix(f"{path}: ")
+    return StoreUnreachable(
+        f"SVC_DATA_DIR: cannot use {path} ({reason}); run svc as the user that owns it, "
+        f"or give that user access (chown -R; the files should be 0600, the dir 0700)")
+
+
 class LmdbStore:
     def __init__(self, path: str, *, map_size: int = DEFAULT_MAP_SIZE, readonly: bool = False,
                  inline_commit: bool = False, upgrade: bool = True):
@@ -48,7 +74,10 @@ class LmdbStore:
         ``readonly``: no migration, no database created, no writes."""
         # Owner only: the store holds webhook signing secrets and the server
         # secret in clear (a umask of 022 made data.mdb world-readable).
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise unreachable(path, e) from None
         self.path = path
         if (why := cut_short(path)) is not None:
             raise StoreDamaged(f"{why}; {RESTORE}")
@@ -65,12 +94,18 @@ class LmdbStore:
                 readonly=readonly,
                 mode=0o600,
             )
+        except (lmdb.ReadonlyError, PermissionError) as e:  # EACCES: another user's files
+            raise unreachable(path, e) from None
         except lmdb.MemoryError as e:  # ENOMEM from mmap: not the machine's memory
             raise MapUnavailable(
                 f"cannot map the store in {path}: SVC_MAP_SIZE asks for {_size_text(map_size)} of "
                 "address space, more than this process may have (its limit, ulimit -v, or "
                 "the machine's); raise the limit or set a smaller SVC_MAP_SIZE (the map is "
                 "address space only: the file grows as the store does)") from e
+        except lmdb.Error as e:
+            if "Permission denied" in str(e):
+                raise unreachable(path, e) from None
+            raise
         self._db: dict[bytes, Any] = {}
         self._ahead = None if readonly else FileAhead.open(self.env)
         if readonly:

@@ -257,6 +257,13 @@ class StoreDamaged(StorageUnavailable):
     Raised before the file is mapped, never to a request."""
 
 
+class StoreUnreachable(StorageUnavailable):
+    """The data dir cannot be used by this process: not a directory, or its
+    files not readable or writable by this user (a service run as another
+    user than the one that made it). Raised before anything is served,
+    never to a request."""
+
+
 class StoreSchema(StorageUnavailable):
     """The data dir's schema is not this svc's: newer (an older svc after an
     upgrade: refused, never misread), or older and the command is not the one

@@ -32,7 +32,7 @@ from typing import Any
 import trio
 
 from actors.clock import SystemClock
-from storage.lmdb_store import LmdbStore
+from storage.lmdb_store import LmdbStore, has_data
 from svc_engine import config as config_mod
 from svc_engine.errors import NotFound, SvcError, ValidationError
 from svc_engine.ids import is_uuid
@@ -62,7 +62,7 @@ def _with_store(cfg: config_mod.Config, fn: Callable[[LmdbStore], Awaitable[Any]
     data dir (an older one is refused, unchanged: SchemaTooOld), so a backup
     taken after installing a new svc is the store as it was. ``readonly``:
     nothing is written or created (no writer: ``svc backup``)."""
-    if not create and not os.path.exists(os.path.join(cfg.data_dir, "data.mdb")):
+    if not create and not has_data(cfg.data_dir):
         raise NotFound(f"no svc data in {cfg.data_dir} (check --data or SVC_DATA_DIR; "
                        "`svc bootstrap` or `svc serve` makes a new one)")
 

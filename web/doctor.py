@@ -44,7 +44,9 @@ import lmdb
 
 from storage import flush_probe, layout
 from storage.data_file import RESTORE, cut_short
+from storage.lmdb_store import has_data
 from storage.schema import SCHEMA_VERSION
+from svc_engine.errors import StoreUnreachable
 
 WARN_FULL = 0.80
 FAIL_FULL = 0.95
@@ -73,14 +75,19 @@ class Finding:
 def diagnose(path: str, now_ms: int, map_size: int, *, disk: bool = False) -> list[Finding]:
     """``map_size`` is the one the service opens with (SVC_MAP_SIZE); ``disk``:
     also time the disk's flushes in ``path`` (writes a scratch file)."""
-    if not os.path.exists(os.path.join(path, "data.mdb")):
+    try:
+        present = has_data(path)
+    except StoreUnreachable as e:
+        return [Finding("data dir", "fail", e.message.removeprefix("SVC_DATA_DIR: "),
+                        "run svc doctor as the user svc runs as, and give it the data dir")]
+    if not present:
         return [Finding("data dir", "fail", f"no LMDB data in {path}",
                         "check --data / SVC_DATA_DIR, or start the service once to create it")]
     if (why := cut_short(path)) is not None:  # mapping it would die of SIGBUS
         return [Finding("data dir", "fail", why, RESTORE)]
     try:
         env = lmdb.open(path, readonly=True, lock=True, max_dbs=len(layout.DATABASES) + 16,
-                        subdir=True)
+                        subdir=True, mode=0o600)  # (its lock.mdb, if it makes one: owner only)
     except lmdb.Error as e:
         return [Finding("data dir", "fail", f"cannot open: {e}",
                         "check permissions; restore from `svc backup` if the files are damaged")]

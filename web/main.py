@@ -33,7 +33,13 @@ from actors.clock import Clock, SystemClock
 from actors.webhook_sender import ssl_context
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
-from svc_engine.errors import MapUnavailable, StoreDamaged, StoreSchema, ValidationError
+from svc_engine.errors import (
+    MapUnavailable,
+    StoreDamaged,
+    StoreSchema,
+    StoreUnreachable,
+    ValidationError,
+)
 from web import fd_limit, logs, malloc_arenas, serve_lock, tenancy, useragent
 from web.assembly import build_front, start_services
 from web.front import Front
@@ -227,7 +233,8 @@ def run(config: Config, *, bootstrap: bool = False) -> None:
                 "SVC_HOST or --host names an address of this machine to listen on")
         print(f"svc: {failed} ({hint})", file=sys.stderr, flush=True)
         refused = True
-    except* (serve_lock.DataDirBusy, MapUnavailable, StoreDamaged, StoreSchema) as group:
+    except* (serve_lock.DataDirBusy, MapUnavailable, StoreDamaged, StoreSchema,
+             StoreUnreachable) as group:
         print(f"svc: {group.exceptions[0]}", file=sys.stderr, flush=True)
         refused = True
     if refused:

@@ -18,6 +18,8 @@ import fcntl
 import os
 from typing import IO
 
+from storage.lmdb_store import unreachable
+
 LOCK_NAME = "serve.lock"
 
 
@@ -44,8 +46,13 @@ def is_served(data_dir: str) -> bool:
 def hold(data_dir: str) -> IO[str]:
     """Take the data directory's serve lock; keep the returned file open
     for as long as the process serves (closing it releases the lock)."""
-    os.makedirs(data_dir, exist_ok=True)
-    f = open(os.path.join(data_dir, LOCK_NAME), "a+")  # noqa: SIM115 - held while serving
+    try:  # owner only, as the store's own files (storage/lmdb_store.py)
+        os.makedirs(data_dir, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(data_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_APPEND,
+                     0o600)
+    except OSError as e:
+        raise unreachable(data_dir, e) from None
+    f = os.fdopen(fd, "a+")
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
