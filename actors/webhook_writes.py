@@ -102,6 +102,8 @@ class ActorWrites:
         self._wakeup = Wakeup()
         self._order = trio.Lock()  # held changes are taken and queued in one turn
         self.failures = 0
+        self._failures_logged = 0  # failures when the last line was logged
+        self._failure_lines = 0  # lines logged: the next waits 2**lines more failures
         self.flushes = 0
         tables.prefer(self.newer, self.newer_endpoint, self.pending)
 
@@ -243,7 +245,12 @@ class ActorWrites:
                     del self._endpoints[endpoint_id]
             if done.failed:
                 self.failures += 1
-                log.error("a webhook state write failed; reloading endpoints")
+                # once a burst (the store logs why: storage/writer.py), then with a count
+                if self.failures - self._failures_logged >= 2 ** self._failure_lines:
+                    log.error("a webhook state write failed; reloading endpoints (%d failed "
+                              "so far)", self.failures)
+                    self._failures_logged, self._failure_lines = self.failures, min(
+                        self._failure_lines + 1, 10)
                 await self._on_failure()
         p = await self._store.submit(op)
         queued.append((p, keys, endpoint_ids))

@@ -139,8 +139,13 @@ class WriterStats:
 class FailureLog:
     """Logs a burst of failed commits as one traceback, then one line a
     ``every_s`` (``clock`` seconds) saying how many failed since, and one
-    when a commit succeeds again. Owned by the writer's commit thread;
-    ``count`` (every failed commit so far) is read by ``statistics()``."""
+    when a commit succeeds again. Commits failing again within ``every_s``
+    of that (a full map takes small commits and refuses larger ones: they
+    alternate) continue the burst rather than start one: no traceback, and
+    the recovery is said once ``every_s`` has passed since the last line
+    (21 tracebacks and 20 recoveries were logged in 1.2 s). Owned by the
+    writer's commit thread; ``count`` (every failed commit so far) is read
+    by ``statistics()``."""
 
     def __init__(self, clock: Callable[[], float], every_s: float = FAILURE_LOG_S) -> None:
         self._clock = clock
@@ -148,19 +153,26 @@ class FailureLog:
         self._failing = False
         self._since_line = 0  # failures not yet reported
         self._total = 0  # failures in this burst
+        self._again = 0  # times commits failed again soon after succeeding, in this burst
         self._last_line = 0.0
+        self._ended = -float("inf")  # when commits last succeeded after failing
+        self._unsaid = False  # commits succeed again, not logged yet (alternating)
         self.count = 0
 
     def failed(self, error: BaseException, remedy: str) -> None:
         now = self._clock()
         self.count += 1
         self._total += 1
-        if not self._failing:
-            self._failing, self._last_line, self._since_line = True, now, 0
-            log.error("a commit failed, so the store takes no writes (%s); %s",
-                      type(error).__name__, remedy, exc_info=error)
-            return
         self._since_line += 1
+        if not self._failing:
+            self._failing = True
+            if now - self._ended >= self._every_s:  # a new burst
+                self._last_line, self._since_line, self._total, self._again = now, 0, 1, 0
+                self._unsaid = False
+                log.error("a commit failed, so the store takes no writes (%s); %s",
+                          type(error).__name__, remedy, exc_info=error)
+                return
+            self._again += 1
         if now - self._last_line >= self._every_s:
             log.error("%d more commits failed in the last %.0f s (%s: %s); %s",
                       self._since_line, now - self._last_line, type(error).__name__,
@@ -169,8 +181,22 @@ class FailureLog:
 
     def succeeded(self) -> None:
         if self._failing:
-            log.warning("commits succeed again, after %d failed", self._total)
-            self._failing, self._total, self._since_line = False, 0, 0
+            now = self._clock()
+            self._failing = False
+            self._ended = now
+            if self._again and now - self._last_line < self._every_s:
+                self._unsaid = True  # alternating: said by a commit once every_s has passed
+                return
+            self._recovered(now)
+        elif self._unsaid and (now := self._clock()) - self._last_line >= self._every_s:
+            self._recovered(now)
+
+    def _recovered(self, now: float) -> None:
+        again = (f" (they failed again {self._again} times after succeeding)"
+                 if self._again else "")
+        log.warning("commits succeed again, after %d failed%s", self._total, again)
+        self._last_line, self._total, self._since_line, self._again = now, 0, 0, 0
+        self._unsaid = False
 
 
 class Writer:

@@ -102,9 +102,11 @@ def test_a_full_disk_refuses_writes_with_503_and_loses_nothing(
         assert redirect.status_code in (200, 302), redirect.status_code
         assert scraped(srv.url, TOKEN, "svc_store_failed_commits") >= statuses.count(503)
         logs = srv.logs()
-        # one traceback a burst, not one a request
-        assert logs.count("a commit failed, so the store takes no writes") == bursts, statuses
-        assert logs.count("Traceback") == bursts
+        # one traceback a burst, not one a request; a burst that starts within 10 s of
+        # the last one's end continues it (storage/writer.py FailureLog): no traceback
+        tracebacks = logs.count("a commit failed, so the store takes no writes")
+        assert 1 <= tracebacks <= bursts, statuses
+        assert logs.count("Traceback") == tracebacks
         assert "StorageUnavailable on" not in logs  # and no error line a request
 
         # room again: the SDK's retry of the refused batch (same key, same

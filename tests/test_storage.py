@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from storage.lmdb_store import LmdbStore
 from storage.schema import SCHEMA_VERSION, SchemaTooNew
-from storage.writer import Pending, Writer, after_commit
+from storage.writer import FailureLog, Pending, Writer, after_commit
 from svc_engine.config import DEFAULT_MAP_SIZE
 from svc_engine.deadlines import Deadline
 from svc_engine.errors import (
@@ -813,3 +813,33 @@ async def test_the_store_and_its_backups_are_the_owner_s_alone(
         for name in os.listdir(path):
             mode = stat.S_IMODE(os.stat(os.path.join(path, name)).st_mode)
             assert mode == 0o600, (path, name, oct(mode))
+
+
+def test_commits_failing_and_succeeding_by_turns_are_one_burst_in_the_log(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A nearly full map takes small commits and refuses larger ones, by
+    turns: that is one burst (one traceback), with one line for the
+    recovery once FAILURE_LOG_S has passed, not a traceback and a recovery
+    line a commit (21 and 20 in 1.2 s)."""
+    now = [100.0]
+    failures = FailureLog(lambda: now[0], every_s=10)
+    caplog.set_level(logging.INFO, logger="svc.storage")
+    for _ in range(20):  # 0.05 s apart: failed, succeeded, failed...
+        failures.failed(StoreFull("the map is full"), "raise SVC_MAP_SIZE")
+        now[0] += 0.025
+        failures.succeeded()
+        now[0] += 0.025
+    lines = [r for r in caplog.records if r.name == "svc.storage"]
+    assert [r.exc_info is not None for r in lines] == [True, False]
+    assert lines[1].getMessage() == "commits succeed again, after 1 failed"
+    now[0] += 10
+    failures.succeeded()  # the next commit, once FAILURE_LOG_S has passed: said
+    failures.succeeded()
+    lines = [r for r in caplog.records if r.name == "svc.storage"]
+    assert len(lines) == 3 and lines[2].getMessage() == (
+        "commits succeed again, after 19 failed (they failed again 19 times after succeeding)")
+    assert failures.count == 20
+    # a failure after FAILURE_LOG_S of commits succeeding: a new burst, with its traceback
+    now[0] += 60
+    failures.failed(StoreFull("the map is full"), "raise SVC_MAP_SIZE")
+    assert caplog.records[-1].exc_info is not None
