@@ -6,7 +6,7 @@ idle expiry, and TLS verification for the name on pinned addresses."""
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import h11
 import pytest
@@ -125,15 +125,21 @@ async def test_chunked_answer_is_joined_and_the_connection_reused(client: H11Cli
     assert second.reused and server.connections == 1
 
 
-async def test_an_endless_body_is_cut_at_the_limit_and_reading_stops(
-        client: H11Client) -> None:
+def endless_chunks(chunks: bytes) -> Callable[[Peer], Awaitable[None]]:
+    """A handler answering 200 with a chunked body that never ends: ``chunks``
+    (whole chunks, framing and all) again and again."""
     async def endless(peer: Peer) -> None:
         await peer.request()
         await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
         while True:
-            await peer.send(b"4000\r\n" + b"z" * 0x4000 + b"\r\n")
+            await peer.send(chunks)
 
-    async with serving(endless) as server:
+    return endless
+
+
+async def test_an_endless_body_is_cut_at_the_limit_and_reading_stops(
+        client: H11Client) -> None:
+    async with serving(endless_chunks(b"4000\r\n" + b"z" * 0x4000 + b"\r\n")) as server:
         with trio.fail_after(10):
             answer = await _post(client, server)
             while server.finished < 1:  # the server's writes fail: the client hung up
@@ -189,12 +195,6 @@ async def test_a_body_in_tiny_chunks_is_cut_early_and_lets_others_run(
     """A 200 whose body comes a byte a chunk: cut once its pieces pass the
     bound (1,024 plus one per 256 bytes), as a long body is; the status
     stands. Another task runs while it is read."""
-    async def tiny(peer: Peer) -> None:
-        await peer.request()
-        await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-        while True:
-            await peer.send(b"1\r\nz\r\n" * 4096)
-
     turns = 0
 
     async def other() -> None:
@@ -203,7 +203,8 @@ async def test_a_body_in_tiny_chunks_is_cut_early_and_lets_others_run(
             turns += 1
             await trio.sleep(0)
 
-    async with serving(tiny) as server, trio.open_nursery() as nursery:
+    async with serving(endless_chunks(b"1\r\nz\r\n" * 4096)) as server, \
+            trio.open_nursery() as nursery:
         nursery.start_soon(other)
         with trio.fail_after(10):
             answer = await _post(client, server)
@@ -216,13 +217,7 @@ async def test_a_body_in_tiny_chunks_is_cut_early_and_lets_others_run(
 async def test_a_body_in_padded_chunks_is_cut_by_its_wire_bytes(client: H11Client) -> None:
     """Chunk extensions (framing, no payload): the bytes read for a body are
     at most twice its size plus 64 KiB."""
-    async def padded(peer: Peer) -> None:
-        await peer.request()
-        await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-        while True:
-            await peer.send(b"1;" + b"x" * 8000 + b"\r\nz\r\n")
-
-    async with serving(padded) as server:
+    async with serving(endless_chunks(b"1;" + b"x" * 8000 + b"\r\nz\r\n")) as server:
         with trio.fail_after(10):
             answer = await _post(client, server)
     assert answer.status == 200 and not answer.complete and len(answer.body) < 20
