@@ -258,6 +258,16 @@ def _places(times: Sequence[int], received_at_ms: int) -> tuple[bytes, ...]:
                         (received_at_ms,) * n, within)
 
 
+def later_place(place: bytes) -> bytes:
+    """``place`` one receivedAt millisecond later: where an event goes whose
+    place another event with its id holds already. Two events of one id
+    differ by the time they were sent (their dedup keys), yet share a place
+    when the times clamp to the same one (both in the future) and they
+    arrive in the same millisecond; the second would overwrite the first."""
+    second, received, within = _PLACE.unpack(place)
+    return _PLACE.pack(second, received + 1, within)
+
+
 def _interleaved(fields: str, *columns: Sequence[object]) -> tuple[bytes, ...]:
     """Item i of each column packed by ``fields`` (big-endian), one piece per
     i: the columns are interleaved by slice assignments (C loops) into the

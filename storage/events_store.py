@@ -69,6 +69,7 @@ from storage.event_records import (
     dedup_key,
     event_json,
     joined,
+    later_place,
     received_and_install,
     second_floor,
     sent_at_ms,
@@ -191,14 +192,33 @@ class EventsStore:
         ids = txn.cursor(db=self._ids)
         if events.distinct and not ids.getmulti(dedup_keys):
             ids.putmulti(list(zip(dedup_keys, events.places, strict=True)), overwrite=False)
-            txn.cursor(db=self._events).putmulti(list(zip(keys, events.values, strict=True)))
+            _, added = txn.cursor(db=self._events).putmulti(
+                list(zip(keys, events.values, strict=True)), overwrite=False)
+            if added != len(events):  # rare: a place held by an event of the same id
+                for i, key in enumerate(keys):
+                    if txn.get(key, db=self._events) != events.values[i]:
+                        self._elsewhere(txn, scope, dedup_keys[i], events, i)
             return range(len(events))
         new: list[int] = []
         for i, key in enumerate(dedup_keys):
             if txn.put(key, events.places[i], db=self._ids, overwrite=False):
-                txn.put(keys[i], events.values[i], db=self._events)
+                if not txn.put(keys[i], events.values[i], db=self._events, overwrite=False):
+                    self._elsewhere(txn, scope, key, events, i)
                 new.append(i)
         return new
+
+    def _elsewhere(self, txn: lmdb.Transaction, scope: bytes, dedup_key: bytes,
+                   events: NewEvents, i: int) -> None:
+        """Store event ``i``, whose place an event of its id holds (``later_place``),
+        a receivedAt millisecond later (or more), and point its dedup entry there:
+        both are kept, as their answer and counters say."""
+        place = events.places[i]
+        while True:
+            place = later_place(place)
+            if txn.put(scope + place + events.id16[i], events.values[i], db=self._events,
+                       overwrite=False):
+                txn.put(dedup_key, place, db=self._ids)
+                return
 
     def _count(self, txn: lmdb.Transaction, project_id: str, mode: Mode, events: NewEvents,
                new: range | list[int]) -> None:

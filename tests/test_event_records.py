@@ -380,3 +380,30 @@ def test_revenue_memos_stay_bounded_with_made_up_currencies() -> None:
     assert len(event_records._BY_KIND) <= event_records._MEMOS_MAX
     assert held <= event_records._MEMOS_MAX * event_records._MEMO_MAX
     assert held <= 16 * 100  # what the last sixteen currencies' batches left
+
+
+@pytest.mark.parametrize("one_batch", [True, False], ids=["one batch", "two batches"])
+async def test_one_id_at_two_future_times_is_two_events_kept(store: LmdbStore,
+                                                             one_batch: bool) -> None:
+    """Two events of one id, sent at different times (so not duplicates),
+    both in the future: their times clamp to the arrival, so in the same
+    millisecond they had one place, and the second overwrote the first while
+    both were answered and counted. The second now goes a millisecond later;
+    both are read back, and both purged."""
+    events = await registered(store)
+    same = "11111111-1111-4111-8111-111111111111"
+    first = ev(0, id=same, occurredAt="2999-01-01T00:00:00Z")
+    second = ev(1, id=same, occurredAt="2999-01-02T00:00:00Z")
+    if one_batch:  # (a batch with an id twice is stored an event at a time)
+        answers = [(await record(events, [first, second])).to_json()]
+    else:  # (a batch of distinct ids is stored at once)
+        answers = [(await record(events, [first])).to_json(),
+                   (await record(events, [second, ev(2)])).to_json()]
+    assert sum(a["accepted"] for a in answers) == (2 if one_batch else 3)
+    rows = [e for page in events.pages(PROJECT, Mode.LIVE, 0, 2 * NOW) for e in page]
+    kept = sorted((e.fields()["occurredAt"], e.received_at_ms) for e in rows if e.id == same)
+    assert kept == [("2999-01-01T00:00:00Z", NOW), ("2999-01-02T00:00:00Z", NOW + 1)]
+    assert (await record(events, [second])).to_json()["duplicates"] == 1  # still known
+    assert await events.purge(NOW + 2) == len(rows)
+    with store.read() as reading:
+        assert reading.stat(store.db(b"event_ids"))["entries"] == 0

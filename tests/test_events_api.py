@@ -215,6 +215,10 @@ async def test_an_event_with_a_lone_surrogate_is_refused_alone(ev: Events) -> No
         constant = await c.post("/v1/sdk/events", content=orjson.dumps(
             {"installId": ev.install, "events": [event(at=ev.at(), revenue="R")]}
         ).replace(b'"R"', b"NaN"))
+        # past a double's range: the standard library reads inf (stored as null before)
+        huge = await c.post("/v1/sdk/events", content=orjson.dumps(
+            {"installId": ev.install, "events": [event(at=ev.at(), revenue="R")]}
+        ).replace(b'"R"', b"1e400"))
     assert r.status_code == 200, r.text
     answer = r.json()
     assert answer["accepted"] == 3
@@ -223,6 +227,7 @@ async def test_an_event_with_a_lone_surrogate_is_refused_alone(ev: Events) -> No
     assert (alone.status_code, error(alone.json())) == (400, ("validation_error",
                                                                "events[0].name"))
     assert constant.status_code == 400  # NaN is not JSON, whoever decodes it
+    assert (huge.status_code, huge.json()["error"]["code"]) == (400, "validation_error")
     assert sorted(await ev.exported_ids()) == sorted(e["id"] for e in good)
 
 

@@ -40,6 +40,7 @@ since the tap, and refusing would lose the event.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -181,14 +182,24 @@ def lenient_json(body: bytes, refused: ValidationError) -> object:
     refuses the whole body. The event holding it is then refused alone, in
     ``rejected``, and the others kept (``parse_event_rows(fast=False)``).
     ``refused`` again when the standard library cannot decode it either."""
-    try:
-        return json.loads(body, parse_constant=_not_json)  # NaN, Infinity: not JSON
+    try:  # NaN, Infinity: not JSON; 1e400 is, but no double holds it (orjson refuses it)
+        return json.loads(body, parse_constant=_not_json, parse_float=_finite)
     except (ValueError, RecursionError):
         raise refused from None
 
 
 def _not_json(text: str) -> object:
     raise ValueError(f"{text} is not JSON")
+
+
+def _finite(text: str) -> float:
+    """A JSON number with a fraction or exponent, as orjson reads it: past a
+    double's range (``1e400``) refused, where ``float`` gives ``inf`` (which
+    the encoder then writes ``null``: the event stored another value)."""
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"{text[:32]} is past a double's range")
+    return number
 
 
 _PAST_64_BITS = re.compile(rb"e\+(?:1[89]|[2-9][0-9]|[0-9]{3})")
