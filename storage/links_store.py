@@ -17,6 +17,7 @@ import lmdb
 
 from storage import layout
 from storage.codec import decode, encode
+from storage.counters import MAX_KEY_BYTES
 from storage.lmdb_store import LmdbStore, prefix_keys
 from svc_engine.destinations import LinkDestinations
 from svc_engine.errors import InvalidDomain, LinkQuotaExceeded, NotFound, SlugTaken, ValidationError
@@ -127,8 +128,14 @@ class LinksStore:
         return bool(self.store.scan(b"slugs", domain.encode() + b"\x00", limit=1))
 
     def domain_owner(self, domain: str) -> str | None:
+        """The project that claimed ``domain``; None also for what no domain
+        can be (empty, or past LMDB's key size: a Host header is the
+        client's to write, and LMDB refuses such a key)."""
+        key = domain.encode()
+        if not key or len(key) > MAX_KEY_BYTES:
+            return None
         with self.store.read() as txn:
-            raw = txn.get(domain.encode(), db=self._domains)
+            raw = txn.get(key, db=self._domains)
         return layout.from_uid(bytes(raw)) if raw is not None else None
 
     def domains_of(self, project_id: str) -> list[str]:

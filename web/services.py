@@ -28,6 +28,16 @@ def system_random(n: int) -> bytes:
     return secrets.token_bytes(n)
 
 
+def bare_host(host: str) -> str:
+    """A Host header's name, as link domains are kept: lower case, without
+    its port (an IPv6 address keeps its brackets) or a trailing dot
+    (``go.acme.com.`` is the same name, fully qualified). It may be empty
+    (``Host: :80``): no domain is."""
+    host = host.strip().lower()
+    bare = host if host.endswith("]") else host.rsplit(":", 1)[0]
+    return bare.rstrip(".")
+
+
 @attrs.define
 class Services:
     config: Config
@@ -92,8 +102,7 @@ class Services:
         host = host.strip().lower()
         if host == default:
             return host, None
-        bare = host if host.endswith("]") else host.rsplit(":", 1)[0]
-        bare = bare.rstrip(".")  # "go.acme.com." is the same name, fully qualified
+        bare = bare_host(host)
         owner = self.links.domain_owner(bare)
         if owner is not None:
             return bare, owner

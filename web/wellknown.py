@@ -10,7 +10,7 @@ from __future__ import annotations
 from svc_engine.errors import NotFound
 from svc_engine.platforms import Platforms, apple_app_site_association, assetlinks
 from web.http import Request, Response, json_response
-from web.services import Services
+from web.services import Services, bare_host
 
 AASA = "/.well-known/apple-app-site-association"
 ASSETLINKS = "/.well-known/assetlinks.json"
@@ -23,8 +23,7 @@ class WellKnown:
 
     def _platforms(self, host: str | None) -> list[Platforms]:
         s = self.services
-        bare = (host or "").strip().lower()
-        owner = s.links.domain_owner(bare.rsplit(":", 1)[0]) if bare else None
+        owner = s.links.domain_owner(bare_host(host)) if host else None
         if owner is not None:
             return [s.links.platforms(owner)]
         projects = [p for org in s.store.all_orgs() for p in s.store.list_projects(org.id)]
