@@ -65,7 +65,7 @@ class SendQueue:
         # three quarters of the senders by default: the rest is left to other projects
         self._per_project = per_project if per_project is not None else max(
             1, senders - senders // 4)
-        self._allowance: dict[str, int] = {}  # endpoint id -> below per_endpoint (slow)
+        self._allowance: dict[str, int] = {}  # endpoint id -> below per_endpoint (hung)
         self._project_in_flight: dict[str, int] = {}
         self._project_of_sending: dict[str, str] = {}  # delivery id -> project id
         self._manual: dict[str, set[str]] = {}  # endpoint id -> manual attempts waiting
