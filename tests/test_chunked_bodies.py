@@ -21,7 +21,7 @@ import trio.testing
 
 from svc_engine.errors import PayloadTooLarge, SvcError
 from tests.server_process import ServerProcess
-from tests.test_server import Client, Head, get
+from tests.test_server import Client, Head, get, listening
 from web import connection
 from web.http import Request
 from web.server import HttpServer, ServerSettings
@@ -79,19 +79,9 @@ async def _answer(send: Any, status: int, body: bytes) -> None:
 @pytest.fixture
 async def served(nursery: trio.Nursery) -> Any:
     app = App()
-    server = HttpServer(app, ServerSettings(host="127.0.0.1", port=0))
-    stop = trio.Event()
-    binds = await nursery.start(server.serve, stop)
-    port = int(binds[0].rsplit(":", 1)[1])
-    opened: list[Client] = []
-
-    async def connect() -> Client:
-        opened.append(Client(await trio.open_tcp_stream("127.0.0.1", port)))
-        return opened[-1]
-
-    yield app, connect
-    for c in opened:
-        await trio.aclose_forcefully(c.stream)
+    async with listening(nursery, HttpServer(app, ServerSettings(host="127.0.0.1", port=0))
+                         ) as (connect, _):
+        yield app, connect
 
 
 async def _send_then_answer(c: Client, data: bytes) -> tuple[Head, bytes]:

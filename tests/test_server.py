@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -171,24 +173,34 @@ def get(path: str, *extra: bytes, method: bytes = b"GET") -> bytes:
             + b"\r\n")
 
 
-@pytest.fixture
-async def served(nursery: trio.Nursery) -> Any:
-    app = App()
-    server = HttpServer(app, ServerSettings(host="127.0.0.1", port=0, max_connections=4,
-                                            shutdown_grace_s=5))
+@asynccontextmanager
+async def listening(nursery: trio.Nursery, server: HttpServer
+                    ) -> AsyncIterator[tuple[Callable[[], Awaitable[Client]], trio.Event]]:
+    """``server`` serving on a loopback port: a ``connect`` that opens a client
+    connection to it (closed at the end), and the event that stops it."""
     stop = trio.Event()
     binds = await nursery.start(server.serve, stop)
     port = int(binds[0].rsplit(":", 1)[1])
-
     opened: list[Client] = []
 
     async def connect() -> Client:
         opened.append(Client(await trio.open_tcp_stream("127.0.0.1", port)))
         return opened[-1]
 
-    yield app, server, connect, stop
-    for c in opened:
-        await trio.aclose_forcefully(c.stream)
+    try:
+        yield connect, stop
+    finally:
+        for c in opened:
+            await trio.aclose_forcefully(c.stream)
+
+
+@pytest.fixture
+async def served(nursery: trio.Nursery) -> Any:
+    app = App()
+    server = HttpServer(app, ServerSettings(host="127.0.0.1", port=0, max_connections=4,
+                                            shutdown_grace_s=5))
+    async with listening(nursery, server) as (connect, stop):
+        yield app, server, connect, stop
 
 
 async def test_keep_alive_serves_many_requests_on_one_connection(served: Any) -> None:

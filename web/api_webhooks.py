@@ -106,17 +106,20 @@ def register(api: Api) -> None:
 
         return await api.idem.run(req, ctx.scope, body, run)
 
-    async def replayed(req: Request, ctx: KeyContext) -> Response | None:
-        """The stored answer to a retry of a write that succeeded: given before
-        the plan is checked again (a plan changed since does not turn it
-        into a 403), as every route gives it before its checks."""
-        return api.idem.replay(req, ctx.scope, await req.body(api.max_body))
+    async def planned(req: Request, ctx: KeyContext) -> Response | None:
+        """For a write the plan must include: the stored answer to a retry of
+        one that succeeded, given before the plan is checked again (a plan
+        changed since does not turn it into a 403), as every route gives it
+        before its checks; else None once the plan is checked."""
+        answer = api.idem.replay(req, ctx.scope, await req.body(api.max_body))
+        if answer is None:
+            _need_plan(ctx)
+        return answer
 
     async def create(req: Request) -> Response:
         ctx = api.server_auth(req)
-        if (answer := await replayed(req, ctx)) is not None:
+        if (answer := await planned(req, ctx)) is not None:
             return answer
-        _need_plan(ctx)
         fields = parse_create(await req.json(api.max_body))
         return await write(req, ctx, 201, _endpoint_out, lambda idem: admin.create_endpoint(
             actor(), ctx.project.id, ctx.mode, fields, idem))
@@ -152,9 +155,8 @@ def register(api: Api) -> None:
 
     async def test(req: Request) -> Response:
         ctx = api.server_auth(req)
-        if (answer := await replayed(req, ctx)) is not None:
+        if (answer := await planned(req, ctx)) is not None:
             return answer
-        _need_plan(ctx)
         endpoint_id = _id(req, "endpoint")
         return await write(req, ctx, 201, _delivery_out, lambda idem: admin.send_test(
             actor(), ctx.project.id, ctx.mode, endpoint_id, idem))
@@ -213,9 +215,8 @@ def register(api: Api) -> None:
     def again(action: str) -> Callable[[Request], Awaitable[Response]]:
         async def handler(req: Request) -> Response:
             ctx = api.server_auth(req)
-            if (answer := await replayed(req, ctx)) is not None:
+            if (answer := await planned(req, ctx)) is not None:
                 return answer
-            _need_plan(ctx)
             delivery_id = _id(req, "delivery")
             return await write(req, ctx, 200, _delivery_out, lambda idem: admin.send_again(
                 actor(), ctx.project.id, ctx.mode, delivery_id, action, idem))
