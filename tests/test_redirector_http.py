@@ -113,6 +113,26 @@ async def test_bots_and_head_are_never_counted(app: App) -> None:
     assert app.services.attribution.recent_clicks(app.project_id, "live") == []
 
 
+async def test_viber_in_app_browser_is_a_person_and_its_preview_fetcher_a_bot(app: App) -> None:
+    """The maintained crawler list matches "Viber" anywhere, which took in the
+    in-app browser of Android's Viber: its users got the preview page."""
+    await configure(app)
+    link = await make_link(app, ogTitle="Summer sale")
+    in_app = ("Mozilla/5.0 (Linux; Android 14; wv) AppleWebKit/537.36 (KHTML, like Gecko) "
+              "Version/4.0 Chrome/129.0 Mobile Safari/537.36 Viber/22.0.0.0")
+    async with app.client(**{"user-agent": in_app}) as c:
+        r = await c.get(f"/{link['slug']}")
+    assert r.status_code == 302
+    assert "svc_token" in parse_qs(urlsplit(r.headers["location"]).query)["referrer"][0]
+    fetcher = "Viber/18.0.1.286 CFNetwork/1335.0.3 Darwin/21.6.0"
+    async with app.client(**{"user-agent": fetcher}) as c:
+        r = await c.get(f"/{link['slug']}")
+    assert r.status_code == 200 and 'property="og:title" content="Summer sale"' in r.text
+    await app.flush()
+    clicks = app.services.attribution.recent_clicks(app.project_id, "live")
+    assert [c.platform for c in clicks] == ["android"]
+
+
 async def test_unknown_and_expired_and_deleted(app: App) -> None:
     await configure(app)
     async with app.client(**{"user-agent": UA["ios"]}) as c:

@@ -5,7 +5,9 @@ freezes the OS token at 18_6/18_7, WebKit blog "WebKit Features in Safari 26.0";
 Chrome's reduced UA reports "Android 10; K"), the crawlers' published
 documentation (Slack, Meta, X, Google, Discord, LinkedIn, Telegram, Bluesky),
 and the iMessage preview fetcher, which presents itself as Mac Safari followed by
-"facebookexternalhit/1.1 Facebot Twitterbot/1.0".
+"facebookexternalhit/1.1 Facebot Twitterbot/1.0". The in-app browsers' strings
+have the shapes public user-agent lists record for them (an app's token after a
+system WebView's or WKWebView's), versions made current.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ import crawleruseragents
 import pytest
 
 from svc_engine.redirect import Client, Platform
-from web.useragent import USER_AGENT_MAX, classified, classify, is_bot, prepare
+from web.useragent import (
+    IN_APP_BROWSER_NAMES,
+    USER_AGENT_MAX,
+    classified,
+    classify,
+    is_bot,
+    prepare,
+)
 
 IOS = Platform.IOS
 ANDROID = Platform.ANDROID
@@ -73,6 +82,44 @@ PEOPLE: list[tuple[str, str, Platform, int | None]] = [
      "(KHTML, like Gecko) Version/4.0 Chrome/141.0.7390.97 Mobile Safari/537.36 "
      "Instagram 400.0.0.46.81 Android (35/15; 420dpi; 1080x2424; Google/google; Pixel 9; "
      "tokay; tokay; en_US; 781246437)", ANDROID, 15),
+    # In-app browsers of messaging and social apps: a person following a link
+    # inside the app, whose answer must be the app's, not a preview page.
+    ("Android Viber in-app browser",
+     "Mozilla/5.0 (Linux; Android 14; wv) AppleWebKit/537.36 (KHTML, like Gecko) Version/4.0 "
+     "Chrome/129.0 Mobile Safari/537.36 Viber/22.0.0.0", ANDROID, 14),
+    ("Android Viber in-app browser, older WebView",
+     "Mozilla/5.0 (Linux; Android 10; Redmi Note 7 Build/QKQ1.190920.002; wv) "
+     "AppleWebKit/537.36 (KHTML, like Gecko) Version/4.0 Chrome/81.0.4044.138 "
+     "Mobile Safari/537.36 Viber/14.7.0.4", ANDROID, 10),
+    ("iPhone LINE in-app browser",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) Mobile/15E148 Safari Line/13.13.0", IOS, 17),
+    ("iPhone KakaoTalk in-app browser",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 17_6 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) Mobile/15E148 KAKAOTALK 10.8.5", IOS, 17),
+    ("iPhone WeChat in-app browser",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 17_6 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) Mobile/15E148 MicroMessenger/8.0.50(0x1800323c) NetType/WIFI "
+     "Language/en", IOS, 17),
+    ("iPhone Snapchat in-app browser",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 17_6 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) Mobile/15E148 Snapchat/13.10.0.40 (like Safari/8618.3.11.10.5, "
+     "panda)", IOS, 17),
+    ("iPhone Pinterest in-app browser",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) Mobile/15E148 [Pinterest/iOS]", IOS, 17),
+    ("iPhone LinkedIn in-app browser",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 17_6 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) Mobile/15E148 [LinkedInApp]/9.30.1836", IOS, 17),
+    ("iPhone Google app",
+     "Mozilla/5.0 (iPhone; CPU iPhone OS 17_6 like Mac OS X) AppleWebKit/605.1.15 "
+     "(KHTML, like Gecko) GSA/330.0.660183937 Mobile/15E148 Safari/604.1", IOS, 17),
+    ("Android TikTok in-app browser",
+     "Mozilla/5.0 (Linux; Android 14; Pixel 8 Build/AP2A.240805.005; wv) AppleWebKit/537.36 "
+     "(KHTML, like Gecko) Version/4.0 Chrome/127.0.6533.103 Mobile Safari/537.36 "
+     "trill_360104 JsSdk/1.0 NetType/WIFI Channel/googleplay AppName/musical_ly "
+     "app_version/36.1.4 ByteLocale/en ByteFullLocale/en Region/US "
+     "BytedanceWebview/d8a21c6", ANDROID, 14),
     ("desktop Chrome on Windows",
      "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
      "Chrome/141.0.0.0 Safari/537.36", DESKTOP, None),
@@ -105,6 +152,9 @@ BOTS: list[tuple[str, str, Platform]] = [
     ("Twitterbot", "Twitterbot/1.0", DESKTOP),
     ("WhatsApp on Android", "WhatsApp/2.23.20.0 A", DESKTOP),
     ("WhatsApp on iPhone", "WhatsApp/2.25.21.78 i", DESKTOP),
+    ("Viber's link preview from an iPhone", "Viber/18.0.1.286 CFNetwork/1335.0.3 Darwin/21.6.0",
+     IOS),
+    ("Viber's preview fetcher as the maintained list records it", "Viber", DESKTOP),
     ("iMessage link preview",
      "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_11_1) AppleWebKit/601.2.4 (KHTML, like Gecko) "
      "Version/9.0.1 Safari/601.2.4 facebookexternalhit/1.1 Facebot Twitterbot/1.0", DESKTOP),
@@ -185,9 +235,12 @@ def test_every_listed_crawler_example_is_a_bot() -> None:
 
 
 def test_people_agree_with_the_maintained_list() -> None:
+    """Except where the list names an app whose in-app browser carries the
+    same name (``IN_APP_BROWSER_NAMES``): a person there, by our reading."""
     for _, ua, _, _ in PEOPLE:
-        assert not crawleruseragents.is_crawler(ua)
         assert not is_bot(ua)
+        if not any(name in ua for name in IN_APP_BROWSER_NAMES):
+            assert not crawleruseragents.is_crawler(ua)
 
 
 def test_results_are_cached() -> None:

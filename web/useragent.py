@@ -47,12 +47,21 @@ PREVIEW_CRAWLERS: tuple[str, ...] = (
     "Twitterbot", "WhatsApp", "TelegramBot", "Discordbot", "LinkedInBot", "Googlebot",
     "Google-PageRenderer", "Applebot", "SkypeUriPreview", "Pinterestbot", "redditbot",
     "Embedly", "Iframely", "Bluesky Cardyb", "Mastodon/", "Snap URL Preview", "vkShare",
-    "Viber", "line-poker", "KakaoTalk-Scrap", "Yahoo Link Preview", "Bitlybot",
+    "line-poker", "KakaoTalk-Scrap", "Yahoo Link Preview", "Bitlybot",
     "MicrosoftPreview",
 )
 """Link-preview fetchers, matched case-sensitively as substrings. iMessage has no
 name of its own: it sends a Mac Safari user agent ending in
 ``facebookexternalhit/1.1 Facebot Twitterbot/1.0``."""
+
+IN_APP_BROWSER_NAMES: dict[str, str] = {"Viber": r"^Viber\b"}
+"""Names the maintained crawler list matches anywhere in a user agent that
+also end the user agent of the app's in-app browser, a person following the
+link (Android's Viber: ``... Mobile Safari/537.36 Viber/22.0.0.0``); each is
+a crawler only where the pattern given here matches (Viber's preview fetcher
+starts with its name: ``Viber/18.0.1.286 CFNetwork/1335.0.3 Darwin/21.6.0``).
+Matched as a substring, the in-app browser was given the preview page, which
+has no way on to the app or its store."""
 
 _META = frozenset(".^$*+?{}[]|()")
 _ESCAPED_PUNCT = re.compile(r"\\([^A-Za-z0-9])")
@@ -92,9 +101,11 @@ def _trie(words: list[str]) -> str:
 def _bot_pattern() -> re.Pattern[str]:
     data = cast(list[dict[str, Any]], crawleruseragents.CRAWLER_USER_AGENTS_DATA)
     patterns = [str(entry["pattern"]) for entry in data]
-    literals = [_ESCAPED_PUNCT.sub(r"\1", p) for p in patterns if _is_literal(p)]
+    literals = [_ESCAPED_PUNCT.sub(r"\1", p) for p in patterns
+                if _is_literal(p) and p not in IN_APP_BROWSER_NAMES]
     literals.extend(PREVIEW_CRAWLERS)
     others = [f"(?:{p})" for p in patterns if not _is_literal(p)]
+    others.extend(f"(?:{p})" for p in IN_APP_BROWSER_NAMES.values())
     return re.compile("|".join([_trie(literals), *others]))
 
 
