@@ -36,7 +36,12 @@ unless ``--keep``.
 ``--rejudge <out>/soak.json`` prints a saved run's table and verdict again
 (this checkout's rules). ``--tracemalloc`` runs the server under tracemalloc
 (bench/soak_trace.py) and prints which code holds what each phase gained: a
-diagnosis (the server runs several times slower), not a measurement.
+diagnosis (the server runs several times slower), not a measurement. With
+``--bound N`` as well, the traced server holds its two per-address tables
+(the client rate limiter, 100,000 addresses; the sign-in throttle, 50,000
+entries) to N entries each, and the verdict counts them at that bound: a
+traced run serves too few requests for its fresh phase to fill the real
+bounds, so what grows past a small bound is what no bound holds.
 
 What an 8-minute run at 200 requests a second can and cannot say: a bounded
 table fills at the rate its keys arrive, so one whose bound is larger than
@@ -362,11 +367,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tracemalloc", action="store_true",
                    help="diagnosis: run the server under tracemalloc (bench/soak_trace.py) and "
                         "print which code holds the memory gained in each phase (slow)")
+    p.add_argument("--bound", type=int, default=None, metavar="N",
+                   help="with --tracemalloc: hold the client rate limiter and the sign-in "
+                        "throttle to N entries each, so that a traced run's fresh phase "
+                        "passes their bounds (bench/soak_trace.py SOAK_TRACE_BOUND)")
     p.add_argument("--rejudge", type=Path, default=None, metavar="SOAK_JSON",
                    help="print the table and verdict of a saved run's soak.json; run nothing")
     args = p.parse_args(argv)
     if args.rejudge is not None:
         return rejudge(args.rejudge)
+    if args.bound is not None and (not args.tracemalloc or args.bound < 1):
+        raise SystemExit("soak: --bound N (N >= 1) is a diagnosis of --tracemalloc runs")
     minutes = 1.0 if args.quick else args.minutes
     interval = min(args.interval, 5.0) if args.quick else args.interval
     total_s = minutes * 60
@@ -384,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
           f"receiver on :{receiver_port}, out {out}", flush=True)
 
     tables = soak_calibrate.calibrate()  # before the server runs: no CPU taken from it
+    if args.bound is not None:
+        tables = soak_calibrate.held_to(tables, args.bound)
     boot = cli(data, env, "bootstrap")
     project = boot["projectId"]
     pk_extra = [cli(data, env, "keys", "create", "--project", project, "--kind", "publishable",
@@ -393,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
 
     entry = ["-m", "bench.soak_trace"] if args.tracemalloc else ["-m", "web.cli"]
     server_env = {**env, "SOAK_TRACE_DIR": str(out)} if args.tracemalloc else env
+    if args.bound is not None:
+        server_env["SOAK_TRACE_BOUND"] = str(args.bound)
     server = start_server([sys.executable, *entry, "serve", "--port", str(port),
                            "--data", str(data)], port=port, cwd=REPO_ROOT, env=server_env,
                           cpus=None, log_path=out / "server.log")

@@ -116,6 +116,16 @@ def calibrate(n: int = 5000) -> list[Table]:
     return tables
 
 
+PER_ADDRESS = ("client rate limiter", "sign-in throttle")
+"""The tables ``SOAK_TRACE_BOUND`` holds (bench/soak_trace.py), by name prefix."""
+
+
+def held_to(tables: list[Table], bound: int) -> list[Table]:
+    """``tables`` with the per-address ones held to ``bound`` entries."""
+    return [attrs.evolve(t, bound=min(t.bound, bound)) if t.name.startswith(PER_ADDRESS) else t
+            for t in tables]
+
+
 def expected_fill(tables: list[Table], new_keys: Mapping[str, int],
                   held_before: Mapping[str, int]) -> list[tuple[Table, int, float]]:
     """(table, entries added, bytes) for the new keys of a phase: entries up to

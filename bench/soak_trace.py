@@ -9,7 +9,9 @@ by traceback (``tracemalloc.Snapshot.statistics("traceback")``, the largest
 one at the end, say which code holds what the process gained between them
 (``diff``, which bench/soak.py prints). Tracing slows the service several
 times over and taking a snapshot stalls it for a moment: numbers of a traced
-run are for the diagnosis only, not the verdict.
+run are for the diagnosis only, not the verdict. ``SOAK_TRACE_BOUND=N``
+holds the client rate limiter (web/auth.py ``MAX_BUCKETS``) and the sign-in
+throttle (web/dashboard/throttle.py ``MAX_ENTRIES``) to N entries each.
 """
 
 from __future__ import annotations
@@ -56,6 +58,16 @@ def diff(before: dict[str, Any], after: dict[str, Any], top: int = 15) -> list[s
     return lines
 
 
+def hold(bound: int) -> None:
+    """Hold the per-address tables to ``bound`` entries (both read their
+    module's bound at each insertion)."""
+    from web import auth
+    from web.dashboard import throttle
+
+    auth.MAX_BUCKETS = min(auth.MAX_BUCKETS, bound)
+    throttle.MAX_ENTRIES = min(throttle.MAX_ENTRIES, bound)
+
+
 def main() -> None:
     out = Path(os.environ.get("SOAK_TRACE_DIR", "."))
     top = int(os.environ.get("SOAK_TRACE_TOP", "400"))
@@ -68,6 +80,9 @@ def main() -> None:
         dump(out / f"trace-{taken:03d}.json", top)
 
     signal.signal(signal.SIGUSR1, on_signal)
+    bound = os.environ.get("SOAK_TRACE_BOUND")
+    if bound:
+        hold(int(bound))
     from web.cli import main as svc_main
 
     svc_main(sys.argv[1:])

@@ -162,6 +162,26 @@ def test_expected_fill_stops_at_each_tables_bound() -> None:
     assert (added, b) == (0, 0.0)
 
 
+def test_a_small_bound_holds_the_per_address_tables_and_their_expected_fill() -> None:
+    """``--bound``: the traced server's two per-address tables stop at the
+    bound (bench/soak_trace.py), and the verdict counts them there."""
+    from bench.soak_calibrate import Table, held_to
+
+    tables = [Table("client rate limiter (per address)", "addresses", 100_000, 150.0),
+              Table("sign-in throttle (per e-mail + client)", "emails", 50_000, 300.0),
+              Table("user-agent verdicts", "user_agents", 4096, 900.0)]
+    assert [t.bound for t in held_to(tables, 2000)] == [2000, 2000, 4096]
+    assert [t.bound for t in held_to(tables, 10**9)] == [100_000, 50_000, 4096]
+    code = ("from bench import soak_trace; soak_trace.hold(3); "
+            "from web.auth import RateLimiter; from web.dashboard.throttle import SignInThrottle; "
+            "rl = RateLimiter(10); [rl.check(str(i).encode(), 0) for i in range(10)]; "
+            "t = SignInThrottle(b'k' * 32); [t.attempt(f'a{i}@x.org', f'10.0.0.{i}', 0) "
+            "for i in range(10)]; print(len(rl._buckets), t.statistics())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[1]).stdout
+    assert out.split(maxsplit=1) == ["1", "{'emails': 3, 'clients': 3}\n"]
+
+
 def test_missing_fields_do_not_break_the_verdict_or_the_table() -> None:
     samples = run(60, lambda t: 100 * MIB)
     del samples[3]["store_used"]
