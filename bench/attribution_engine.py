@@ -117,7 +117,7 @@ class World:
         net = net_hash(SECRET, d.launch_ip) if d.platform == "ios" else None
         started = time.perf_counter()
         decision = decide_first_launch(launch, token=token, window=window, settings=settings,
-                                       net_hash=net, now_ms=now)
+                                       net_hashes=(net,) if net else (), now_ms=now)
         self.decide_s += time.perf_counter() - started
         self.decisions += 1
         self.window_scanned += len(window)

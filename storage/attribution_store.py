@@ -186,8 +186,9 @@ class AttributionStore:
 
     def first_launch_op(self, *, project_id: str, mode: Mode, install: Install,
                         is_first_launch: bool, launch: LaunchFacts,
-                        settings: DeferredSettings, net_hash: bytes | None, now_ms: int,
-                        event_id: str, idem: IdemWrite | None) -> Op[LaunchResult]:
+                        settings: DeferredSettings, net_hashes: tuple[bytes, ...],
+                        now_ms: int, event_id: str, idem: IdemWrite | None
+                        ) -> Op[LaunchResult]:
         db = self._db
 
         def op(txn: lmdb.Transaction) -> LaunchResult:
@@ -217,14 +218,14 @@ class AttributionStore:
             new = this
             if is_first_launch:
                 found = self.click_window.candidates(txn, project_id, launch, settings,
-                                                     net_hash, now_ms)
+                                                     net_hashes, now_ms)
                 token = self.project_token(txn, launch.referrer_token, project_id,
                                            via=VIA_STORE_REFERRER)
                 landing = self._take_landing_open(txn, project_id, mode, this.install_id)
                 decision = decide_from_candidates(
                     launch, token=token,
                     network=found.network, cohort=found.cohort, settings=settings,
-                    net_hash=net_hash, now_ms=now_ms, landing=landing)
+                    net_hashes=net_hashes, now_ms=now_ms, landing=landing)
                 if isinstance(decision, Matched):
                     link = self.live_link(txn, decision.link_id)
                     if link is None:  # deleted since the tap: nothing to deliver

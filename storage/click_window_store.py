@@ -173,20 +173,23 @@ class ClickWindow:
     # -- a launch -------------------------------------------------------------------
 
     def candidates(self, txn: lmdb.Transaction, project_id: str, launch: LaunchFacts,
-                   settings: DeferredSettings, net_hash: bytes | None,
+                   settings: DeferredSettings, net_hashes: tuple[bytes, ...],
                    now_ms: int) -> LaunchCandidates:
-        """The launch's network and cohort groups (empty when a step does not apply)."""
+        """The launch's network and cohort groups (empty when a step does not
+        apply). The network group is the taps under any of ``net_hashes``
+        (one a key a tap in the window may have been hashed with: a network's
+        taps either side of a key's change are one group)."""
         scope = layout.scope(project_id, launch.mode.value)
         first, last = window_bounds(settings.probabilistic_window_minutes, now_ms)
         tails: dict[str, bytes] = {}
         network = cohort = Candidates()
         if last < max(0, first):
             return LaunchCandidates(network, cohort, tails)
-        if network_skip(launch, settings, net_hash) is None:
-            assert net_hash is not None and launch.os_major is not None
-            network = self._network_group(
-                txn, layout.window_net_prefix(scope, net_hash, launch.os_major), first, last,
-                tails)
+        if network_skip(launch, settings, net_hashes) is None:
+            assert launch.os_major is not None
+            network = _joined([self._network_group(
+                txn, layout.window_net_prefix(scope, net, launch.os_major), first, last, tails)
+                for net in net_hashes], tails)
         if cohort_skip(launch, settings) is None:
             assert launch.os_major is not None
             cohort = self._cohort_group(
@@ -334,6 +337,22 @@ def _cohort_key(scope: bytes, entry: ClickWindowEntry, tail: bytes) -> bytes:
     return layout.window_cohort_key(
         layout.window_cohort_prefix(scope, entry.os_major, entry.country),
         layout.uid(entry.link_id), tail)
+
+
+def _joined(groups: list[Candidates], tails: dict[str, bytes]) -> Candidates:
+    """One network group of the groups found under each of a launch's hashes:
+    a conflict when any is one or when they name different links; else every
+    tap of every group, oldest first (their key tails: ms | click id)."""
+    if len(groups) == 1:
+        return groups[0]
+    found = [g for g in groups if g.links]
+    if any(g.links > 1 for g in found) or len({g.link_id for g in found}) > 1:
+        return Candidates(links=2)
+    if not found:
+        return Candidates()
+    click_ids = sorted((c for g in found for c in g.click_ids), key=tails.__getitem__)
+    return Candidates(taps=len(click_ids), links=1, link_id=found[0].link_id,
+                      click_ids=tuple(click_ids))
 
 
 def _listed(tails_in_order: list[bytes], tails: dict[str, bytes]) -> Iterator[str]:

@@ -183,36 +183,38 @@ class LandingOpen:
 
 def decide_first_launch(launch: LaunchFacts, *, token: Token | None,
                         window: Sequence[ClickWindowEntry], settings: DeferredSettingsView,
-                        net_hash: bytes | None, now_ms: int,
+                        net_hashes: Sequence[bytes], now_ms: int,
                         landing: LandingOpen | None = None) -> Attribution:
     """Tie a first launch to a tap (see the module docstring for the rules).
 
     ``token`` is the stored token named by ``launch.referrer_token`` (None when
     unknown); ``window`` the project's click-window entries (any subset that
-    holds the recent ones); ``net_hash`` the launch's network hash, or None;
+    holds the recent ones); ``net_hashes`` the launch's network hashes, one
+    for each key a tap in the window may have been hashed with
+    (svc_engine/network_keys.py), none when the launch has no address;
     ``landing`` the install's 'Continue in app' open before this launch."""
     minutes = settings.probabilistic_window_minutes
     recent = [e for e in window if e.mode == launch.mode and e.os_major == launch.os_major
               and in_window(e, window_minutes=minutes, now_ms=now_ms)]
     network = cohort = Candidates()
-    if network_skip(launch, settings, net_hash) is None:
-        network = Candidates.of(e for e in recent if e.net_hash == net_hash)
+    if network_skip(launch, settings, net_hashes) is None:
+        network = Candidates.of(e for e in recent if e.net_hash in net_hashes)
     if cohort_skip(launch, settings) is None:
         cohort = Candidates.of((e for e in recent if e.country == launch.country),
                                list_all=False, tap_cap=COHORT_TAPS_COUNTED)
     return decide_from_candidates(launch, token=token, network=network, cohort=cohort,
-                                  settings=settings, net_hash=net_hash, now_ms=now_ms,
+                                  settings=settings, net_hashes=net_hashes, now_ms=now_ms,
                                   landing=landing)
 
 
 def decide_from_candidates(launch: LaunchFacts, *, token: Token | None, network: Candidates,
                            cohort: Candidates, settings: DeferredSettingsView,
-                           net_hash: bytes | None, now_ms: int,
+                           net_hashes: Sequence[bytes], now_ms: int,
                            landing: LandingOpen | None = None) -> Attribution:
     """:func:`decide_first_launch` with the window already summarized.
 
     ``network``: the taps inside :func:`window_bounds` with the launch's mode,
-    iOS major version and network hash, every one listed (ignored, and may be
+    iOS major version and one of its network hashes, every one listed (ignored, and may be
     empty, when :func:`network_skip` gives a reason). ``cohort``: those with the
     launch's mode, iOS major version and country, at least the oldest listed
     (ignored when :func:`cohort_skip` gives a reason). ``landing``: the
@@ -222,7 +224,7 @@ def decide_from_candidates(launch: LaunchFacts, *, token: Token | None, network:
     if match is None and landing is not None:
         match = _try_landing(landing, now_ms, trials)
     if match is None:
-        match = _try_network(launch, network, settings, net_hash, trials)
+        match = _try_network(launch, network, settings, net_hashes, trials)
     if match is None:
         match = _try_cohort(launch, cohort, settings, trials)
     if match is None:
@@ -276,12 +278,12 @@ def _probabilistic_skip(launch: LaunchFacts, settings: DeferredSettingsView) -> 
 
 
 def network_skip(launch: LaunchFacts, settings: DeferredSettingsView,
-                 net_hash: bytes | None) -> str | None:
+                 net_hashes: Sequence[bytes]) -> str | None:
     """Why the network step does not apply to this launch, or None when it does."""
     skip = _probabilistic_skip(launch, settings)
     if skip is None and not settings.probabilistic_ip_matching:
         skip = "probabilisticIpMatching is off"
-    if skip is None and net_hash is None:
+    if skip is None and not net_hashes:
         skip = "no network hash for this launch"
     return skip
 
@@ -295,11 +297,11 @@ def cohort_skip(launch: LaunchFacts, settings: DeferredSettingsView) -> str | No
 
 
 def _try_network(launch: LaunchFacts, found: Candidates, settings: DeferredSettingsView,
-                 net_hash: bytes | None, trials: list[FlowTrial]) -> Matched | None:
+                 net_hashes: Sequence[bytes], trials: list[FlowTrial]) -> Matched | None:
     def note(outcome: Outcome, detail: str) -> None:
         trials.append(FlowTrial(Flow.PROBABILISTIC_NETWORK, outcome, detail))
 
-    skip = network_skip(launch, settings, net_hash)
+    skip = network_skip(launch, settings, net_hashes)
     if skip is not None:
         note(Outcome.SKIPPED, skip)
         return None
@@ -310,12 +312,12 @@ def _try_network(launch: LaunchFacts, found: Candidates, settings: DeferredSetti
     if found.links > 1:
         note(Outcome.CONFLICT, "taps from this network point to more than one link")
         return None
-    if found.link_id is None or net_hash is None or len(found.click_ids) != found.taps:
+    if found.link_id is None or not net_hashes or len(found.click_ids) != found.taps:
         raise ValueError("a network group with one link names it and lists every tap")
     note(Outcome.MATCHED, f"{found.taps} tap(s) from this network")
     return Matched(link_id=found.link_id, confidence=Confidence.PROBABILISTIC,
                    method=Method.PROBABILISTIC_MATCH, consume_click_ids=found.click_ids,
-                   delete_net_hashes=(net_hash,))
+                   delete_net_hashes=tuple(net_hashes))
 
 
 def _try_cohort(launch: LaunchFacts, found: Candidates, settings: DeferredSettingsView,

@@ -39,7 +39,7 @@ import hashlib
 import hmac
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -169,6 +169,16 @@ def net_hash(secret: bytes, ip: str) -> bytes | None:
     address (the network step is then skipped, it is not an error)."""
     material = _network(ip.strip())
     return None if material is None else hmac.new(secret, material, hashlib.sha256).digest()
+
+
+def net_hashes(keys: Sequence[bytes], ip: str) -> tuple[bytes, ...]:
+    """:func:`net_hash` of ``ip`` under each of ``keys`` (a launch's: its
+    epoch's key and the one before's, svc_engine/network_keys.py); empty
+    when ``ip`` is not an address."""
+    material = _network(ip.strip())
+    if material is None:
+        return ()
+    return tuple(hmac.new(key, material, hashlib.sha256).digest() for key in keys)
 
 
 def _network(text: str) -> bytes | None:

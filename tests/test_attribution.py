@@ -76,7 +76,7 @@ def decide(launch: LaunchFacts = IOS, *, tok: Token | None = None,
            settings: DeferredSettings = PROB, net: bytes | None = None,
            now_ms: int = NOW) -> Matched | Unattributed:
     return decide_first_launch(launch, token=tok, window=window or [], settings=settings,
-                               net_hash=net, now_ms=now_ms)
+                               net_hashes=(net,) if net else (), now_ms=now_ms)
 
 
 def outcomes(result: Matched | Unattributed) -> list[tuple[Flow, Outcome]]:
@@ -478,21 +478,21 @@ def test_an_open_from_the_page_before_the_launch_is_deterministic_before_the_win
     7 days it is rejected and the steps after it judge the launch."""
     window = [tap("c1", LINK_B)]
     opened = LandingOpen(link_id=LINK_A, at_ms=NOW - 5 * MIN)
-    got = decide_first_launch(IOS, token=None, window=window, settings=PROB, net_hash=None,
+    got = decide_first_launch(IOS, token=None, window=window, settings=PROB, net_hashes=(),
                               now_ms=NOW, landing=opened)
     assert isinstance(got, Matched) and (got.link_id, got.method, got.confidence) == (
         LINK_A, Method.LANDING_PAGE, Confidence.DETERMINISTIC)
     assert got.consume_click_ids == () and outcomes(got) == [
         (Flow.INSTALL_REFERRER, Outcome.SKIPPED), (Flow.LANDING_PAGE, Outcome.MATCHED)]
     by_token = decide_first_launch(ANDROID, token=token(link_id=LINK_B), window=[],
-                                   settings=PROB, net_hash=None, now_ms=NOW, landing=opened)
+                                   settings=PROB, net_hashes=(), now_ms=NOW, landing=opened)
     assert isinstance(by_token, Matched) and by_token.method is Method.INSTALL_REFERRER
     edge = LandingOpen(link_id=LINK_A, at_ms=NOW - LANDING_OPEN_TTL_MS)
-    kept = decide_first_launch(IOS, token=None, window=[], settings=PROB, net_hash=None,
+    kept = decide_first_launch(IOS, token=None, window=[], settings=PROB, net_hashes=(),
                                now_ms=NOW, landing=edge)
     assert isinstance(kept, Matched) and kept.link_id == LINK_A
     stale = LandingOpen(link_id=LINK_A, at_ms=NOW - LANDING_OPEN_TTL_MS - 1)
-    later = decide_first_launch(IOS, token=None, window=window, settings=PROB, net_hash=None,
+    later = decide_first_launch(IOS, token=None, window=window, settings=PROB, net_hashes=(),
                                 now_ms=NOW, landing=stale)
     assert isinstance(later, Matched) and later.method is Method.PROBABILISTIC_MATCH
     assert (Flow.LANDING_PAGE, Outcome.REJECTED) in outcomes(later)

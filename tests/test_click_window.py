@@ -77,7 +77,7 @@ def test_candidates_of_lists_oldest_first_then_by_click_id() -> None:
 def test_which_groups_a_launch_needs(launch: LaunchFacts, settings: DeferredSettings,
                                      net: bytes | None, network: str | None,
                                      cohort: str | None) -> None:
-    assert network_skip(launch, settings, net) == network
+    assert network_skip(launch, settings, (net,) if net else ()) == network
     assert cohort_skip(launch, settings) == cohort
 
 
@@ -88,21 +88,21 @@ def test_a_cohort_summary_listing_only_the_oldest_decides_the_same(
     window = [tap(f"c{i}", link, ago_ms=ago) for i, (link, ago) in enumerate(drawn)]
     short = Candidates.of(window, list_all=False)
     decided = decide_from_candidates(IOS, token=None, network=Candidates(), cohort=short,
-                                     settings=PROB, net_hash=None, now_ms=NOW)
+                                     settings=PROB, net_hashes=(), now_ms=NOW)
     assert decided == decide_first_launch(IOS, token=None, window=window, settings=PROB,
-                                          net_hash=None, now_ms=NOW)
+                                          net_hashes=(), now_ms=NOW)
 
 
 def test_the_counts_reach_the_debugger() -> None:
     decided = decide_from_candidates(
         IOS, token=None, network=Candidates(links=2),
-        cohort=Candidates(links=2), settings=PROB_IP, net_hash=NET, now_ms=NOW)
+        cohort=Candidates(links=2), settings=PROB_IP, net_hashes=(NET,), now_ms=NOW)
     assert isinstance(decided, Unattributed)
     assert decided.reasons[1:] == (
         "probabilistic_network: conflict: taps from this network point to more than one link",
         "probabilistic_cohort: conflict: taps from iOS 17 in DE point to more than one link")
     counted = [decide_from_candidates(
-        IOS, token=None, network=Candidates(), settings=PROB, net_hash=None, now_ms=NOW,
+        IOS, token=None, network=Candidates(), settings=PROB, net_hashes=(), now_ms=NOW,
         cohort=Candidates(taps=taps, links=1, link_id=LINK_A, click_ids=("c1",), more=more))
         for taps, more in ((3, False), (COHORT_TAPS_COUNTED, True))]
     assert [d.trials[-1].detail for d in counted] == [
@@ -113,7 +113,7 @@ def test_the_counts_reach_the_debugger() -> None:
 def test_a_network_match_consumes_every_listed_tap() -> None:
     found = Candidates.of([tap("n2", net=NET, ago_ms=MIN), tap("n1", net=NET, ago_ms=2 * MIN)])
     decided = decide_from_candidates(IOS, token=None, network=found, cohort=Candidates(),
-                                     settings=PROB_IP, net_hash=NET, now_ms=NOW)
+                                     settings=PROB_IP, net_hashes=(NET,), now_ms=NOW)
     assert isinstance(decided, Matched)
     assert (decided.consume_click_ids, decided.delete_net_hashes) == (("n1", "n2"), (NET,))
     assert decided.trials[-1].flow is Flow.PROBABILISTIC_NETWORK
@@ -129,4 +129,4 @@ def test_a_summary_missing_what_a_match_needs_is_refused(network: Candidates,
                                                          cohort: Candidates) -> None:
     with pytest.raises(ValueError, match="group with one link"):
         decide_from_candidates(IOS, token=None, network=network, cohort=cohort,
-                               settings=PROB_IP, net_hash=NET, now_ms=NOW)
+                               settings=PROB_IP, net_hashes=(NET,), now_ms=NOW)

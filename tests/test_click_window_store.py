@@ -146,16 +146,16 @@ def test_indexed_launch_matches_the_pure_rules_and_keeps_indexes_in_step(
     deferred = DeferredSettings(probabilistic_matching=prob, probabilistic_ip_matching=ip,
                                 probabilistic_window_minutes=minutes)
     expected = decide_first_launch(launch, token=None, window=entries, settings=deferred,
-                                   net_hash=net, now_ms=NOW)
+                                   net_hashes=(net,) if net else (), now_ms=NOW)
     txn = store.env.begin(write=True)
     try:
         for e in entries:
             window.put(txn, PROJECT, e)
             window.put(txn, OTHER_PROJECT, e)  # another project's taps never count
-        found = window.candidates(txn, PROJECT, launch, deferred, net, NOW)
+        found = window.candidates(txn, PROJECT, launch, deferred, (net,) if net else (), NOW)
         decision = decide_from_candidates(launch, token=None, network=found.network,
                                           cohort=found.cohort, settings=deferred,
-                                          net_hash=net, now_ms=NOW)
+                                          net_hashes=(net,) if net else (), now_ms=NOW)
         assert decision == expected
         left = entries
         if isinstance(decision, Matched):
@@ -201,9 +201,9 @@ def test_a_network_match_forgets_the_hash_on_every_tap_of_the_scope(store: LmdbS
     try:
         for e in entries:
             window.put(txn, PROJECT, e)
-        found = window.candidates(txn, PROJECT, launch, deferred, NET, NOW)
+        found = window.candidates(txn, PROJECT, launch, deferred, (NET,), NOW)
         decision = decide_from_candidates(launch, token=None, network=found.network,
-                                          cohort=found.cohort, settings=deferred, net_hash=NET,
+                                          cohort=found.cohort, settings=deferred, net_hashes=(NET,),
                                           now_ms=NOW)
         assert isinstance(decision, Matched) and decision.consume_click_ids == (click_id(1),)
         window.consume(txn, PROJECT, "live", decision, found)
@@ -358,12 +358,12 @@ def test_a_launch_decodes_only_what_it_consumes(store: LmdbStore,
         for e in crowd + mine:
             window.put(txn, PROJECT, e)
         monkeypatch.setattr(cws, "decode", counting)
-        found = window.candidates(txn, PROJECT, launch, deferred, b"\x01" * 32, NOW)
+        found = window.candidates(txn, PROJECT, launch, deferred, (b"\x01" * 32,), NOW)
         assert decoded == 0
         assert (found.network.taps, found.cohort.taps) == (0, 2)
         decision = decide_from_candidates(launch, token=None, network=found.network,
                                           cohort=found.cohort, settings=deferred,
-                                          net_hash=b"\x01" * 32, now_ms=NOW)
+                                          net_hashes=(b"\x01" * 32,), now_ms=NOW)
         assert isinstance(decision, Matched) and decision.consume_click_ids == (click_id(1),)
         window.consume(txn, PROJECT, "live", decision, found)
         assert decoded == 1  # the consumed tap, deleted by key
@@ -431,7 +431,7 @@ def test_migration_to_schema_7_keys_the_cohort_index_by_link(
         found = ClickWindow(s).candidates(
             txn, PROJECT, LaunchFacts(mode=Mode.LIVE, platform="ios", os_major=17,
                                       country="DE"),
-            DeferredSettings(probabilistic_matching=True), None, NOW)
+            DeferredSettings(probabilistic_matching=True), (), NOW)
         assert found.cohort.click_ids == (click_id(1),)
 
 
@@ -463,10 +463,10 @@ def test_migration_to_schema_8_moves_each_hash_into_its_cohort_row(
             launch = LaunchFacts(mode=Mode.LIVE, platform="ios", os_major=17, country=None)
             deferred = DeferredSettings(probabilistic_matching=True,
                                         probabilistic_ip_matching=True)
-            found = window.candidates(txn, PROJECT, launch, deferred, NET, NOW)
+            found = window.candidates(txn, PROJECT, launch, deferred, (NET,), NOW)
             decision = decide_from_candidates(launch, token=None, network=found.network,
                                               cohort=found.cohort, settings=deferred,
-                                              net_hash=NET, now_ms=NOW)
+                                              net_hashes=(NET,), now_ms=NOW)
             assert isinstance(decision, Matched) and decision.consume_click_ids == (
                 click_id(1),)
             window.consume(txn, PROJECT, "live", decision, found)
@@ -487,10 +487,10 @@ def test_a_consumed_tap_leaves_the_window_at_once_and_its_entry_with_the_sweep(
         for e in (mine, other):
             window.put(txn, PROJECT, e)
         assert window.holds(txn, PROJECT, "live", mine.at_ms, mine.click_id)
-        found = window.candidates(txn, PROJECT, launch, deferred, NET, NOW)
+        found = window.candidates(txn, PROJECT, launch, deferred, (NET,), NOW)
         decision = decide_from_candidates(launch, token=None, network=found.network,
                                           cohort=found.cohort, settings=deferred,
-                                          net_hash=NET, now_ms=NOW)
+                                          net_hashes=(NET,), now_ms=NOW)
         assert isinstance(decision, Matched)
         window.consume(txn, PROJECT, "live", decision, found)
         # the entry is still stored, without a hash; no index row of it is left
@@ -503,7 +503,7 @@ def test_a_consumed_tap_leaves_the_window_at_once_and_its_entry_with_the_sweep(
         assert window.newest(txn, PROJECT, "live", 0, limit=5) == [
             attrs.evolve(other, net_hash=None)]
         # a second launch from the same cohort does not find it
-        again = window.candidates(txn, PROJECT, launch, deferred, NET, NOW)
+        again = window.candidates(txn, PROJECT, launch, deferred, (NET,), NOW)
         assert (again.network, again.cohort) == (Candidates(), Candidates())
         assert window.sweep(txn, NOW + KEEP_MS + 2 * MIN, limit=10) == 2
         assert stored_keys(txn, store) == expected_keys(PROJECT, [])
@@ -568,7 +568,7 @@ def test_a_crowded_cohort_costs_a_launch_a_bounded_read(store: LmdbStore, crowd:
             window.put(txn, PROJECT, e)
         counting = _CountingTxn(txn)
         found = window.candidates(counting, PROJECT, launch,  # type: ignore[arg-type]
-                                  deferred, None, NOW)
+                                  deferred, (), NOW)
         # the taps counted and a few seeks in each of the window's quarter
         # hours (9 of them here); read tap by tap it would be 3,000 and more
         assert counting.moves[0] <= COHORT_TAPS_COUNTED + 60
@@ -576,9 +576,9 @@ def test_a_crowded_cohort_costs_a_launch_a_bounded_read(store: LmdbStore, crowd:
             assert counting.moves[0] <= 60
         decision = decide_from_candidates(launch, token=None, network=found.network,
                                           cohort=found.cohort, settings=deferred,
-                                          net_hash=None, now_ms=NOW)
+                                          net_hashes=(), now_ms=NOW)
         assert decision == decide_first_launch(launch, token=None, window=inside + before,
-                                               settings=deferred, net_hash=None, now_ms=NOW)
+                                               settings=deferred, net_hashes=(), now_ms=NOW)
         if crowd == "one link":
             assert found.cohort == Candidates(
                 taps=COHORT_TAPS_COUNTED, links=1, link_id=LINKS[0], more=True,

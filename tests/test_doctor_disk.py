@@ -110,3 +110,10 @@ def test_a_data_dir_others_may_read_is_a_warning_with_the_chmod(tmp_path: Path) 
     assert remedy == f"chmod 700 {data} && chmod 600 {data}/*.mdb"
     os.system(remedy)  # the remedy, as an operator would run it
     assert permissions()[0] == "ok"
+    (data / "network-keys").write_bytes(b"")  # what `svc serve` adds (web/network_keyring.py)
+    os.chmod(data / "network-keys", 0o644)
+    verdict, detail, remedy = permissions()
+    assert verdict == "warn" and "network-keys" in detail
+    assert remedy == f"chmod 700 {data} && chmod 600 {data}/*.mdb {data}/network-keys"
+    os.system(remedy)
+    assert permissions()[0] == "ok"

@@ -48,7 +48,7 @@ def register(api: Api) -> None:
     services = api.services
     base = services.config.base_url
     public_path = urlsplit(base).path  # links on the default domain are under it
-    facts = ClientFacts(services.config, services.server_secret)
+    facts = ClientFacts(services.config, services.network_keys)
     ok = json_render(200)
 
     def resolved(link: Link | None, *, deferred: bool, confidence: str,
@@ -97,7 +97,8 @@ def register(api: Api) -> None:
         report = parse_init(await req.json(api.max_body))
         now = services.clock.now_ms()
         launch = LaunchFacts.from_init(report, mode=ctx.mode, country=facts.country(req))
-        net = facts.network_hash(req) if report.platform == "ios" else None
+        nets = (facts.network_hashes(req) if report.platform == "ios"
+                and report.is_first_launch else ())
         install = Install(install_id=report.install_id, project_id=ctx.project.id,
                           mode=ctx.mode, platform=report.platform, created_at_ms=now,
                           first_idem_key=req.header("idempotency-key"))
@@ -109,7 +110,7 @@ def register(api: Api) -> None:
                                            .first_launch_op(
                 project_id=ctx.project.id, mode=ctx.mode, install=install,
                 is_first_launch=report.is_first_launch, launch=launch, settings=settings,
-                net_hash=net, now_ms=now, event_id=event_id, idem=idem))
+                net_hashes=nets, now_ms=now, event_id=event_id, idem=idem))
             return slot.respond(result, answer_launch)
 
         # The SDK retries a failed first launch report on the next launch with

@@ -18,15 +18,18 @@ from svc_engine.config import Config
 from web.dashboard import create_dashboard
 from web.front import Front
 from web.housekeeping import Housekeeper
-from web.services import Services
+from web.network_keyring import NetworkKeyring
+from web.services import Services, system_random
 
 
 async def start_services(nursery: trio.Nursery, config: Config, store: LmdbStore,
                          clock: Clock, server_secret: bytes) -> Services:
     timer = TimerActor(store, clock)
     registry = Registry(store, clock, nursery)
+    network_keys = NetworkKeyring.open(config.data_dir, clock, system_random, server_secret)
     services = Services(config=config, store=store, clock=clock, registry=registry,
-                        timer=timer, server_secret=server_secret)
+                        timer=timer, server_secret=server_secret, network_keys=network_keys)
+    await nursery.start(network_keys.run)
     store.on_outbox = services.outbox_wakeup.notify
     await nursery.start(Housekeeper(services).run)
     services.webhooks = await start_webhooks(

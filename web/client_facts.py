@@ -4,9 +4,10 @@ Everything the service stores about a tap or a launch passes through here:
 platform and OS major version (from the user agent, which is then dropped),
 country (from a trusted proxy header or a local MaxMind-format database),
 referrer host (never the path or query), and, only where probabilistic network
-matching needs it, a keyed HMAC of the client's network under the server
-secret. The client address itself is read in memory here and nowhere else; it
-is never written to storage or logs.
+matching needs it, a keyed HMAC of the client's network under a key that
+is dropped within 14 hours (web/network_keyring.py). The client address
+itself is read in memory here and nowhere else; it is never written to
+storage or logs.
 """
 
 from __future__ import annotations
@@ -15,21 +16,21 @@ import logging
 import re
 from typing import Any
 
-from svc_engine.attribution import net_hash
 from svc_engine.clicks import ClickFacts, clean_country
 from svc_engine.config import Config
 from svc_engine.webhook_envelope import referrer_host_of
 from web.http import Request
+from web.network_keyring import NetworkKeyring
 from web.useragent import classify
 
 log = logging.getLogger("svc.client")
 
 
 class ClientFacts:
-    def __init__(self, config: Config, server_secret: bytes) -> None:
+    def __init__(self, config: Config, network_keys: NetworkKeyring) -> None:
         self._country_header = config.country_header.lower() if config.country_header else None
         self._ip_header = config.client_ip_header.lower() if config.client_ip_header else None
-        self._secret = server_secret
+        self._keys = network_keys
         self._geo: Any = None
         if config.geoip_db:
             try:
@@ -61,16 +62,21 @@ class ClientFacts:
                     return clean_country(iso if isinstance(iso, str) else None)
         return None
 
-    def network_hash(self, req: Request) -> bytes | None:
+    def network_hashes(self, req: Request) -> tuple[bytes, ...]:
+        """A first launch's network hashes (one a key its taps may carry)."""
         ip = self.client_ip(req)
-        return net_hash(self._secret, ip) if ip else None
+        return self._keys.launch_hashes(ip) if ip else ()
+
+    def tap_network_hash(self, req: Request) -> bytes | None:
+        ip = self.client_ip(req)
+        return self._keys.tap_hash(ip) if ip else None
 
     def of(self, req: Request, *, want_net_hash: bool = False) -> ClickFacts:
         client = classify(req.header("user-agent"))
         return ClickFacts(
             platform=client.platform.value, os_major=client.os_major, is_bot=client.is_bot,
             country=self.country(req), referrer_host=referrer_host_of(req.header("referer")),
-            net_hash=self.network_hash(req) if want_net_hash else None)
+            net_hash=self.tap_network_hash(req) if want_net_hash else None)
 
 
 def client_address(forwarded: str | None, peer: str | None) -> str | None:

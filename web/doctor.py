@@ -54,7 +54,7 @@ WARN_FREE_BYTES = 1 << 30
 WARN_FREE_SHARE = 0.10
 FAIL_FREE_BYTES = 64 << 20
 WAITING = {"Queued", "Sending", "Retrying"}
-DATA_FILES = ("data.mdb", "lock.mdb")
+DATA_FILES = ("data.mdb", "lock.mdb", "network-keys")  # the last: web/network_keyring.py
 SLOW_FLUSH_US = 1_000  # one page: then an unloaded durable write takes >2 ms
 SLOW_BATCH_US = 5_000  # 32 scattered pages, about one first launch's commit
 DISK_SINGLES = 50
@@ -114,8 +114,10 @@ def judge_modes(path: str, modes: dict[str, int]) -> Finding:
         return Finding("permissions", "ok", "the data dir and its files are the owner's only")
     return Finding("permissions", "warn",
                    f"readable or writable by others than its owner: {', '.join(open_to)} "
-                   "(webhook signing secrets are stored in clear)",
-                   f"chmod 700 {path} && chmod 600 {os.path.join(path, '*.mdb')}")
+                   "(webhook signing secrets are stored in clear; network-keys would let "
+                   "them test the network hashes of iPhone taps against a guessed address)",
+                   f"chmod 700 {path} && chmod 600 {os.path.join(path, '*.mdb')}"
+                   + (f" {os.path.join(path, 'network-keys')}" if "network-keys" in modes else ""))
 
 
 def judge_space(*, free: int, total: int) -> Finding:

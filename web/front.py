@@ -60,7 +60,7 @@ class Front:
         self.access_log = services.config.access_log
         Request.body_timeout_s = float(services.config.body_timeout_s)
         self.client_limiter = RateLimiter(services.config.rate_limit_per_client)
-        self.client_ip = ClientFacts(services.config, services.server_secret).client_ip
+        self.client_ip = ClientFacts(services.config, services.network_keys).client_ip
         self.tls = bool(services.config.certfile)
         self.metrics_token = services.config.metrics_token
         self.metrics = Metrics()

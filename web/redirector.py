@@ -65,7 +65,7 @@ _DECLINED_HEADERS = ((b"content-type", b"text/plain; charset=utf-8"), _NO_STORE,
 class Redirector:
     def __init__(self, services: Services) -> None:
         self.services = services
-        self.facts = ClientFacts(services.config, services.server_secret)
+        self.facts = ClientFacts(services.config, services.network_keys)
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                                       autoescape=True, auto_reload=False)
         self.prefetches_declined = 0  # /metrics: these 503s are not failures

@@ -19,6 +19,7 @@ from storage.links_store import LinksStore
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
 from svc_engine.links import Link, default_domain
+from web.network_keyring import NetworkKeyring
 from web.read_threads import ReadThreads
 
 T = TypeVar("T")
@@ -46,6 +47,7 @@ class Services:
     registry: Registry
     timer: TimerActor
     server_secret: bytes
+    network_keys: NetworkKeyring
     random: Callable[[int], bytes] = system_random
     # Notified after a commit that appended to the outbox; the webhook
     # dispatcher waits on it (and also polls, so a missed notify only delays).
