@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from svc_engine.errors import ValidationError
+from svc_engine.hosts import ascii_host
 
 
 def _bool(v: str) -> bool:
@@ -138,12 +139,16 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 
+def _canonical_or_none(url: str | None) -> str | None:
+    return None if url is None else canonical_public_url(url)
+
+
 @attrs.frozen
 class Config:
     data_dir: str = "./data"
     host: str = "127.0.0.1"
     port: int = 8080
-    public_url: str | None = None
+    public_url: str | None = attrs.field(default=None, converter=_canonical_or_none)
     map_size: int = DEFAULT_MAP_SIZE
     max_body_bytes: int = 1 << 20
     max_in_flight: int = 512
@@ -208,7 +213,34 @@ def load(env: Mapping[str, str], overrides: Mapping[str, Any]) -> Config:
         else:
             values[s.name] = s.default
     _check(values)
-    return Config(**values)
+    return Config(**values)  # the public URL made canonical (canonical_public_url)
+
+
+def canonical_public_url(url: str) -> str:
+    """``url`` (an ``_is_public_url``) with its host as browsers send it in
+    ``Host``: lower-case ASCII (IDNA A-labels), without a trailing dot. Its
+    host is the default link domain, which custom domains, Host headers and
+    resolved URLs are compared with in that form: written ``bücher.example``
+    or ``go.example.com.``, it matched none of them, and a project could
+    claim it as a custom domain (``xn--bcher-kva.example``) and serve its
+    own links and association files on the service's own domain.
+    ValidationError when the host is not a valid name."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if not host.startswith("[") and ":" not in host:  # not an IPv6 literal
+        try:
+            host = ascii_host(host.rstrip(".")).lower()
+        except UnicodeError:
+            raise ValidationError(f"SVC_PUBLIC_URL: {url!r}: {host!r} is not a valid "
+                                  "internationalized domain name",
+                                  field="SVC_PUBLIC_URL") from None
+        if not host:
+            raise ValidationError(f"SVC_PUBLIC_URL: {url!r} names no host",
+                                  field="SVC_PUBLIC_URL")
+    else:
+        host = f"[{host.strip('[]')}]"
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    return parts._replace(scheme=parts.scheme.lower(), netloc=netloc).geturl()
 
 
 def _check(values: Mapping[str, Any]) -> None:

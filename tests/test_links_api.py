@@ -230,6 +230,43 @@ async def test_the_default_domain_as_listed_with_its_port_can_be_named(
         assert a.services.links.by_slug(default, "form") is not None
 
 
+@pytest.mark.parametrize(("public_url", "claims"), [
+    ("http://bücher.example", ("xn--bcher-kva.example", "bücher.example", "BÜCHER.example.")),
+    ("http://go.example.com.", ("go.example.com", "go.example.com.")),
+])
+async def test_the_service_s_own_domain_however_written_cannot_be_claimed(
+        store: LmdbStore, config: Config, public_url: str, claims: tuple[str, ...]) -> None:
+    """``SVC_PUBLIC_URL`` in Unicode or with a trailing dot named a default
+    domain no claim, Host header or resolved URL was compared in: any project
+    could claim it and serve its links and association files there, and a
+    link's URL as browsers send it did not resolve. It is kept as browsers
+    send it (IDNA, no trailing dot)."""
+    from web import tenancy
+    config = attrs.evolve(config, public_url=public_url)
+    async with running_app(store, config, TrioWallClock()) as a:
+        await a.services.store.set_plan(a.org_id, Plan.SCALE)
+        _, keys = await tenancy.create_project(a.services.store, a.org_id, "Other",
+                                               a.services.random, 1)
+        served = a.services.default_domain
+        assert served == claims[0]
+        async with a.client(keys["sk_test"]) as c:
+            for claim in claims:
+                r = await c.post("/v1/domains", json={"domain": claim})
+                assert r.status_code == 400, (claim, r.text)
+                assert r.json()["error"]["code"] == "invalid_domain"
+                assert "own domain" in r.json()["error"]["message"]
+        async with a.client("sk_test") as c:
+            made = (await c.post("/v1/links", json={"path": "/p"})).json()
+        assert made["url"] == f"http://{served}/{made['slug']}"
+        async with a.client(**{"host": served, "user-agent": "Mozilla/5.0"}) as c:
+            assert (await c.get(f"/{made['slug']}")).status_code in (200, 302)
+        async with a.client("pk_test", **{"x-svc-sdk": "flutter/0.2.0"}) as c:
+            r = await c.post("/v1/sdk/resolve", json={
+                "url": f"https://{served}/{made['slug']}",
+                "installId": "6f1e2d3c-4b5a-4978-8a9b-0c1d2e3f4a5b"})
+        assert r.status_code == 200, r.text
+
+
 async def test_domain_writes_honour_the_idempotency_key(app: App) -> None:
     """A retry whose first answer was lost gets that answer again, not
     "already in use" (add) or 404 (remove); the key with another body is 409."""

@@ -123,6 +123,24 @@ def test_a_value_a_setting_cannot_take_is_refused_naming_it(env: dict[str, str],
         config_mod.load({}, {"port": 70000})
 
 
+@pytest.mark.parametrize(("given", "kept"), [
+    ("http://bücher.example", "http://xn--bcher-kva.example"),
+    ("HTTPS://Go.Example.COM.:8443/links/", "https://go.example.com:8443/links/"),
+    ("http://[::1]:8080", "http://[::1]:8080"),
+    ("http://127.0.0.1:8000/x", "http://127.0.0.1:8000/x"),
+])
+def test_the_public_url_is_kept_as_browsers_send_its_host(given: str, kept: str) -> None:
+    assert config_mod.load({"SVC_PUBLIC_URL": given}, {}).public_url == kept
+    assert config_mod.load({}, {"public_url": given}).public_url == kept
+
+
+@pytest.mark.parametrize("url", ["http://./", "http://a\u200db.example"])
+def test_a_public_url_whose_host_is_no_name_is_refused(url: str) -> None:
+    with pytest.raises(errors.ValidationError) as info:
+        config_mod.load({"SVC_PUBLIC_URL": url.encode().decode("unicode_escape")}, {})
+    assert info.value.field == "SVC_PUBLIC_URL"
+
+
 def test_values_at_the_edges_are_taken() -> None:
     cfg = config_mod.load({"SVC_PORT": "0", "SVC_MAX_LAG_MS": "0", "SVC_LOG_LEVEL": "WARNING",
                            "SVC_PUBLIC_URL": "https://go.example.com/links",
