@@ -188,9 +188,12 @@ async def send_again(actor: WebhookActor, project_id: str, mode: Mode, delivery_
     async def do() -> DeliveryView:
         await actor.settle()  # read after this actor's own writes
         d = actor.tables.delivery(delivery_id)
-        if d is None:
+        endpoint = actor.endpoint(d.endpoint_id) if d is not None else None
+        if (d is None or endpoint is None or endpoint.project_id != project_id
+                or endpoint.mode is not mode):
+            # one answer whether the delivery is another project's or none:
+            # naming its endpoint told that it exists, and whose endpoint
             raise NotFound(f"no webhook delivery {delivery_id} in this project and mode")
-        endpoint = _owned(actor, project_id, mode, d.endpoint_id)
         if endpoint.is_off:
             raise Conflict("this delivery's endpoint is Off; turn it on first")
         if actor.is_busy(d.id):

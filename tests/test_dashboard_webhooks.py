@@ -558,9 +558,17 @@ async def test_endpoints_and_deliveries_of_another_mode_or_project_are_404(
     other, _ = await tenancy.create_project(app.services.store, app.org_id, "Other app",
                                             system_random, app.services.clock.now_ms())
     theirs = await make_endpoint(app, project_id=other.id)
+    their_d = await make_delivery(app, theirs, DeliveryStatus.DELIVERED)
+    unknown = "0190e1a2-0000-7000-8000-000000000000"
     for mode in ("test", "live"):
         await boss.post("/dashboard/mode", {"mode": mode, "next": WH})
         assert (await boss.get(f"{WH}/{theirs.id}")).status_code == 404
+        # the same page as for no delivery: a shorter one told that it exists
+        seen, none = await boss.get(f"{DL}/{their_d.id}"), await boss.get(f"{DL}/{unknown}")
+        assert seen.status_code == none.status_code == 404 and text(seen) == text(none)
+        seen = await boss.post(f"{DL}/{their_d.id}/resend")
+        none = await boss.post(f"{DL}/{unknown}/resend")
+        assert seen.status_code == none.status_code == 404 and text(seen) == text(none)
     assert (await boss.get(f"{WH}/not-a-uuid")).status_code == 404
 
 

@@ -153,6 +153,29 @@ async def test_endpoints_belong_to_the_key_project_and_mode(app: App) -> None:
         assert _error(await c.get(f"{EP}/not-a-uuid")) == (404, "not_found")
 
 
+async def test_another_project_s_delivery_is_answered_as_no_delivery(app: App) -> None:
+    """Retry and resend of another project's (or mode's) delivery named its
+    endpoint in the 404 (it exists, and whose endpoint); an unknown ID did not."""
+    from svc_engine.webhook_delivery import DeliveryStatus
+    from tests.dashboard_webhook_support import make_delivery, make_endpoint
+
+    other, keys = await tenancy.create_project(app.services.store, app.org_id, "other",
+                                               system_random, app.services.clock.now_ms())
+    theirs = await make_endpoint(app, "https://a.example.com/", project_id=other.id)
+    failed = await make_delivery(app, theirs, DeliveryStatus.FAILED)
+    unknown = "0190e1a2-0000-7000-8000-000000000000"
+    for key in ("sk_test", "sk_live", keys["sk_live"]):
+        async with app.client(key) as c:
+            for action in ("retry", "resend"):
+                seen = await c.post(f"{DL}/{failed.id}/{action}")
+                none = await c.post(f"{DL}/{unknown}/{action}")
+                assert _error(seen) == _error(none) == (404, "not_found")
+                assert seen.json()["error"]["message"] == none.json()["error"]["message"].replace(
+                    unknown, failed.id)
+    async with app.client(keys["sk_test"]) as c:  # its own project and mode: it is there
+        assert (await c.post(f"{DL}/{failed.id}/retry")).status_code == 200
+
+
 async def test_publishable_key_is_refused(app: App) -> None:
     async with app.client("pk_test") as c:
         assert _error(await c.get(EP)) == (403, "wrong_key_kind")

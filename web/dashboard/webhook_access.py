@@ -72,12 +72,11 @@ def owned_delivery(tables: WebhookStore, viewer: Viewer, delivery_id: str
                    ) -> tuple[Delivery, Endpoint]:
     """The delivery and its endpoint, when both are the current project's and mode's."""
     d = tables.delivery(delivery_id.lower()) if is_uuid(delivery_id) else None
-    if d is None or viewer.project is None:
+    endpoint = (tables.endpoint(viewer.project.id, d.mode, d.endpoint_id)
+                if d is not None and viewer.project is not None else None)
+    if d is None or endpoint is None:  # one page whether another project's or none
         raise NotFound("There is no such webhook delivery in this project. Deliveries are "
                        "kept 30 days, and deleting an endpoint removes its deliveries.")
-    endpoint = tables.endpoint(viewer.project.id, d.mode, d.endpoint_id)
-    if endpoint is None:
-        raise NotFound("There is no such webhook delivery in this project.")
     if d.mode is not viewer.mode:
         raise _wrong_mode("delivery", d.mode)
     return d, endpoint
