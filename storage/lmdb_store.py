@@ -326,13 +326,16 @@ class LmdbStore:
         return [decode(Membership, v) for _, v in self.scan(b"members", layout.uid(org_id))]
 
     async def create_org(self, org: Organization) -> None:
+        await self.write(self.create_org_op(org))
+
+    def create_org_op(self, org: Organization) -> Op[None]:
         db = self._db[b"orgs"]
 
         def op(txn: lmdb.Transaction) -> None:
             if not txn.put(layout.uid(org.id), encode(org), db=db, overwrite=False):
                 raise Conflict(f"organization {org.id} exists")
 
-        await self.write(op)
+        return op
 
     async def _evolve(self, dbname: bytes, cls: Any, record_id: str, what: str,
                       **changes: object) -> Any:
@@ -355,6 +358,9 @@ class LmdbStore:
         return org
 
     async def create_project(self, project: Project, *, at_most: int | None = None) -> None:
+        await self.write(self.create_project_op(project, at_most=at_most))
+
+    def create_project_op(self, project: Project, *, at_most: int | None = None) -> Op[None]:
         """Store a new project; with ``at_most``, only while its organization
         has fewer (counted in the write, so two at once cannot both pass)."""
         projects, by_org = self._db[b"projects"], self._db[b"projects_by_org"]
@@ -370,7 +376,7 @@ class LmdbStore:
                 raise Conflict(f"project {project.id} exists")
             txn.put(layout.uid(project.org_id) + pid, b"", db=by_org)
 
-        await self.write(op)
+        return op
 
     async def set_project_suspended(self, project_id: str, suspended: bool) -> Project:
         project: Project = await self._evolve(b"projects", Project, project_id, "project",
@@ -383,6 +389,9 @@ class LmdbStore:
         return project
 
     async def create_key(self, key: ApiKey) -> None:
+        await self.write(self.create_key_op(key))
+
+    def create_key_op(self, key: ApiKey) -> Op[None]:
         keys, by_project = self._db[b"keys"], self._db[b"keys_by_project"]
 
         def op(txn: lmdb.Transaction) -> None:
@@ -390,7 +399,7 @@ class LmdbStore:
                 raise Conflict("key exists")
             txn.put(layout.uid(key.project_id) + layout.uid(key.id), key.hash, db=by_project)
 
-        await self.write(op)
+        return op
 
     async def revoke_key(self, project_id: str, key_id: str, now_ms: int, *,
                          mode: Mode | None = None) -> ApiKey:
@@ -416,6 +425,9 @@ class LmdbStore:
         return await self.write(op)  # type: ignore[no-any-return]
 
     async def create_user(self, user: User) -> None:
+        await self.write(self.create_user_op(user))
+
+    def create_user_op(self, user: User) -> Op[None]:
         users, by_email = self._db[b"users"], self._db[b"users_by_email"]
 
         def op(txn: lmdb.Transaction) -> None:
@@ -424,9 +436,12 @@ class LmdbStore:
                 raise Conflict(f"a user with e-mail {user.email} exists")
             txn.put(layout.uid(user.id), encode(user), db=users)
 
-        await self.write(op)
+        return op
 
     async def set_member(self, membership: Membership) -> None:
+        await self.write(self.set_member_op(membership))
+
+    def set_member_op(self, membership: Membership) -> Op[None]:
         members, by_user = self._db[b"members"], self._db[b"members_by_user"]
 
         def op(txn: lmdb.Transaction) -> None:
@@ -434,7 +449,7 @@ class LmdbStore:
             txn.put(o + u, encode(membership), db=members)
             txn.put(u + o, b"", db=by_user)
 
-        await self.write(op)
+        return op
 
     async def remove_member(self, org_id: str, user_id: str) -> None:
         members, by_user = self._db[b"members"], self._db[b"members_by_user"]

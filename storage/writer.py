@@ -95,6 +95,17 @@ _MAP_FULL = "the data store is full; the operator must raise SVC_MAP_SIZE"
 log = logging.getLogger("svc.storage")
 
 
+def in_one(ops: list[Op[Any]]) -> Op[None]:
+    """One op doing ``ops`` in order: all of them commit, or (one raising)
+    none does."""
+
+    def op(txn: lmdb.Transaction) -> None:
+        for each in ops:
+            each(txn)
+
+    return op
+
+
 class Pending(Generic[T]):
     """A write that was queued; ``wait()`` returns its result once committed."""
 

@@ -268,3 +268,60 @@ def test_record_served_domain(tmp_path: os.PathLike[str]) -> None:
         assert recorded() == "c.example"
 
     with_store(data, scenario)
+
+
+def test_a_bootstrap_stopped_part_way_leaves_nothing_and_runs_again(
+        tmp_path: os.PathLike[str]) -> None:
+    """Everything a bootstrap makes is one transaction with its record: a
+    stop part way (Ctrl-C during the first `svc serve --bootstrap`) left an
+    organization, a project and an owner without the record, and every
+    later bootstrap failed on the owner's e-mail (and added an organization
+    each time). Here the transaction fails at its membership write."""
+    data = os.path.join(str(tmp_path), "d")
+    rnd = random.Random(7).randbytes
+
+    async def scenario(store: LmdbStore) -> None:
+        real = store.set_member_op
+
+        def failing(member: Any) -> Any:
+            def op(txn: lmdb.Transaction) -> None:
+                real(member)(txn)
+                raise OSError("the process stops here")
+            return op
+
+        store.set_member_op = failing  # type: ignore[method-assign]
+        with pytest.raises(OSError):
+            await tenancy.bootstrap(store, "https://a.example", rnd, 1)
+        for table in (b"orgs", b"projects", b"keys", b"users", b"members"):
+            assert store.scan(table, b"") == [], table
+        assert store.meta("bootstrap") is None
+        store.set_member_op = real  # type: ignore[method-assign]
+        info = await tenancy.bootstrap(store, "https://a.example", rnd, 2)
+        assert info["created"] is True and len(info["keys"]) == 4  # type: ignore[arg-type]
+        assert len(store.scan(b"orgs", b"")) == 1 and len(store.scan(b"keys", b"")) == 4
+        again = await tenancy.bootstrap(store, "https://a.example", rnd, 3)
+        assert again["created"] is False and again["projectId"] == info["projectId"]
+
+    with_store(data, scenario)
+
+
+def test_a_data_dir_an_older_svc_left_half_bootstrapped_is_refused_in_one_line(
+        tmp_path: os.PathLike[str]) -> None:
+    """The owner an interrupted bootstrap of an older svc wrote, without the
+    record: `svc serve --bootstrap` says what happened and what to do (it
+    printed a traceback ending in "a user with e-mail ... exists")."""
+    data = os.path.join(str(tmp_path), "d")
+
+    async def half(store: LmdbStore) -> None:
+        await tenancy.create_user(store, tenancy.OWNER_EMAIL, "x" * 12, os.urandom, 1)
+
+    with_store(data, half)
+    done = subprocess.run([sys.executable, "-m", "web.cli", "serve", "--bootstrap", "--port",
+                           "0", "--data", data], capture_output=True, text=True, timeout=60,
+                          check=False, cwd=ROOT)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("svc: ") and "no bootstrap finished here" in last
+    assert "svc user create" in last
+    assert "svc: listening" not in done.stdout

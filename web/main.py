@@ -234,7 +234,7 @@ def run(config: Config, *, bootstrap: bool = False) -> None:
         print(f"svc: {failed} ({hint})", file=sys.stderr, flush=True)
         refused = True
     except* (serve_lock.DataDirBusy, MapUnavailable, StoreDamaged, StoreSchema,
-             StoreUnreachable) as group:
+             StoreUnreachable, tenancy.BootstrapInterrupted) as group:
         print(f"svc: {group.exceptions[0]}", file=sys.stderr, flush=True)
         refused = True
     if refused:

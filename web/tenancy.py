@@ -8,13 +8,16 @@ from collections.abc import Callable
 
 import argon2
 import cbor2
+import lmdb
+import trio
 
 from storage import accounts
 from storage.links_store import LinksStore
 from storage.lmdb_store import LmdbStore
-from svc_engine.errors import Forbidden, NotFound, ValidationError
+from storage.writer import Op, in_one
+from svc_engine.errors import Conflict, Forbidden, NotFound, ValidationError
 from svc_engine.ids import new_id
-from svc_engine.keys import KeyKind, Mode, base62, make_key
+from svc_engine.keys import ApiKey, KeyKind, Mode, base62, make_key
 from svc_engine.links import default_domain
 from svc_engine.plans import QUOTAS, Plan, within
 from svc_engine.records import Membership, Organization, Project, Role, User, normalize_email
@@ -53,24 +56,43 @@ async def create_key(store: LmdbStore, project_id: str, kind: KeyKind, mode: Mod
                      random: Random, now_ms: int) -> tuple[str, str]:
     """Create a key; returns (key id, key value). The value of a secret key is
     shown this once: only its hash is kept."""
+    key_id, raw, record = _new_key(project_id, kind, mode, name, random, now_ms)
+    await store.create_key(record)
+    return key_id, raw
+
+
+def _new_key(project_id: str, kind: KeyKind, mode: Mode, name: str, random: Random,
+             now_ms: int) -> tuple[str, str, ApiKey]:
     if not name.isprintable():
         raise ValidationError("a key name has no control characters", field="name")
     key_id = new_id(random(16))
     raw, record = make_key(key_id, project_id, kind, mode, name, random(24), now_ms)
-    await store.create_key(record)
-    return key_id, raw
+    return key_id, raw, record
 
 
 async def create_project(store: LmdbStore, org_id: str, name: str, random: Random,
                          now_ms: int, *, default_domain: str | None = None
                          ) -> tuple[Project, dict[str, str]]:
-    """A project with its four keys (publishable and secret, test and live).
+    """A project with its four keys (publishable and secret, test and live),
+    written together (a project was written, then each key: a stop between
+    left a project without some of its keys).
     ``default_domain``: the default link domain to record with it (bootstrap
     records the one it was made for, and ``svc serve`` the one it serves:
     :func:`record_served_domain`, so a later report need not guess)."""
     org = store.get_org(org_id)
     if org is None:
         raise NotFound(f"no organization {org_id}")
+    project, keys, ops = _project_ops(store, org, name, random, now_ms,
+                                      default_domain=default_domain)
+    await store.write(in_one(ops))
+    return project, keys
+
+
+def _project_ops(store: LmdbStore, org: Organization, name: str, random: Random, now_ms: int,
+                 *, default_domain: str | None
+                 ) -> tuple[Project, dict[str, str], list[Op[None]]]:
+    """A new project of ``org`` and its keys, and the ops that store them."""
+    org_id = org.id
     if not within(QUOTAS[org.plan].projects, len(store.list_projects(org_id))):
         raise ValidationError(f"the {org.plan.value} plan allows no more projects", field="plan")
     if not name.strip() or len(name) > 100 or not name.isprintable():
@@ -78,24 +100,28 @@ async def create_project(store: LmdbStore, org_id: str, name: str, random: Rando
                               field="name")
     project = Project(id=new_id(random(16)), org_id=org_id, name=name.strip(),
                       salt=random(32), created_at_ms=now_ms, default_domain=default_domain)
-    await store.create_project(project, at_most=QUOTAS[org.plan].projects)
+    ops = [store.create_project_op(project, at_most=QUOTAS[org.plan].projects)]
     keys = {}
     for (kind, mode), label in KEY_NAMES.items():
-        _, raw = await create_key(store, project.id, kind, mode, f"default {label}", random,
-                                  now_ms)
+        _, raw, record = _new_key(project.id, kind, mode, f"default {label}", random, now_ms)
+        ops.append(store.create_key_op(record))
         keys[label] = raw
-    return project, keys
+    return project, keys, ops
 
 
 async def create_org(store: LmdbStore, name: str, plan: Plan, random: Random,
                      now_ms: int) -> Organization:
+    org = _new_org(name, plan, random, now_ms)
+    await store.create_org(org)
+    return org
+
+
+def _new_org(name: str, plan: Plan, random: Random, now_ms: int) -> Organization:
     if not name.strip() or len(name) > 100 or not name.isprintable():
         raise ValidationError("an organization name is 1 to 100 characters, no control "
                               "characters", field="name")
-    org = Organization(id=new_id(random(16)), name=name.strip(), plan=plan,
-                       created_at_ms=now_ms)
-    await store.create_org(org)
-    return org
+    return Organization(id=new_id(random(16)), name=name.strip(), plan=plan,
+                        created_at_ms=now_ms)
 
 
 MIN_PASSWORD = 10
@@ -104,16 +130,21 @@ MAX_PASSWORD = 1000  # the sign-in form reads at most this many characters
 
 async def create_user(store: LmdbStore, email: str, password: str, random: Random,
                       now_ms: int) -> User:
+    user = _new_user(email, password, random, now_ms)
+    await store.create_user(user)
+    return user
+
+
+def _new_user(email: str, password: str, random: Random, now_ms: int) -> User:
+    """A new user, its password hashed (argon2: tens of milliseconds)."""
     email = normalize_email(email)
     if "@" not in email or len(email) > 254:
         raise ValidationError("a valid e-mail address is needed", field="email")
     if not MIN_PASSWORD <= len(password) <= MAX_PASSWORD:
         raise ValidationError(f"a password has {MIN_PASSWORD} to {MAX_PASSWORD} characters "
                               "(sign-in reads no more)", field="password")
-    user = User(id=new_id(random(16)), email=email, password_hash=hash_password(password),
+    return User(id=new_id(random(16)), email=email, password_hash=hash_password(password),
                 created_at_ms=now_ms)
-    await store.create_user(user)
-    return user
 
 
 def check_room(store: LmdbStore, org_id: str, now_ms: int) -> None:
@@ -135,6 +166,14 @@ async def add_member(store: LmdbStore, org_id: str, user_id: str, role: Role,
     m = Membership(org_id=org_id, user_id=user_id, role=role, created_at_ms=now_ms)
     await store.set_member(m)
     return m
+
+
+OWNER_EMAIL = "owner@localhost"
+
+
+class BootstrapInterrupted(Conflict):
+    """The data dir has the owner a bootstrap makes but not its record: an
+    svc before 2026-11-28 stopped part way through its first start."""
 
 
 async def bootstrap(store: LmdbStore, public_url: str, random: Random,
@@ -162,18 +201,38 @@ async def bootstrap(store: LmdbStore, public_url: str, random: Random,
         return {"created": False, "organizationId": info["org_id"],
                 "projectId": info["project_id"], "domain": domain, "customDomains": custom,
                 "keys": keys, "owner": {"email": info["email"]}}
+    if store.find_user(OWNER_EMAIL) is not None and store.meta("bootstrap") is None:
+        raise BootstrapInterrupted(
+            f"{OWNER_EMAIL} exists but no bootstrap finished here (an older svc stopped "
+            "during its first start): serve without --bootstrap and make an owner with "
+            "`svc user create --email E --org ID --role owner`, or use a new data dir")
     served = store.meta(SERVED_DOMAIN) if serving else None
     domain = served.decode() if served is not None else domain_of(public_url)
-    org = await create_org(store, "My organization", Plan.GROWTH, random, now_ms)
-    project, keys = await create_project(store, org.id, "My app", random, now_ms,
-                                         default_domain=domain)
+    # Everything is made first, then written in one transaction with the
+    # record that says it is done: a stop part way (Ctrl-C during the first
+    # `svc serve --bootstrap`) left an organization, a project and an owner
+    # without the record, and every later bootstrap failed on the owner.
+    org = _new_org("My organization", Plan.GROWTH, random, now_ms)
     password = new_password(random)
-    email = "owner@localhost"
-    user = await create_user(store, email, password, random, now_ms)
-    await add_member(store, org.id, user.id, Role.OWNER, now_ms)
+    email = OWNER_EMAIL
+    user = await trio.to_thread.run_sync(_new_user, email, password, random, now_ms)
+    member = Membership(org_id=org.id, user_id=user.id, role=Role.OWNER, created_at_ms=now_ms)
+    project, keys, ops = _project_ops(store, org, "My app", random, now_ms,
+                                      default_domain=domain)
     record = cbor2.dumps({"org_id": org.id, "project_id": project.id, "email": email})
-    stored = await store.put_meta_once("bootstrap", record)
-    if stored != record:  # another process bootstrapped concurrently; report theirs
+    meta = store.db(b"meta")
+
+    def first_time(txn: lmdb.Transaction) -> bool:
+        if txn.get(b"bootstrap", db=meta) is not None:
+            return False  # another process bootstrapped meanwhile: report theirs
+        store.create_org_op(org)(txn)
+        store.create_user_op(user)(txn)
+        store.set_member_op(member)(txn)
+        in_one(ops)(txn)
+        txn.put(b"bootstrap", record, db=meta)
+        return True
+
+    if not await store.write(first_time):
         return await bootstrap(store, public_url, random, now_ms)
     return {"created": True, "organizationId": org.id, "projectId": project.id,
             "domain": domain, "customDomains": [], "keys": keys,
