@@ -45,7 +45,9 @@ only ever post to it without blocking, so no send goes up the graph.
   therefore leaves what a persisted Sending would have been settled to at
   restart (waiting, due now): nothing is lost, only the interrupted attempt
   is repeated, under the same ``webhook-id``. (A manual Retry or Resend is
-  written Sending before it starts; an interrupted one is dropped at restart,
+  written Sending before it starts, and its answer says Sending: one
+  interrupted, or not started yet, is sent at restart; only when its
+  endpoint is Off by then, or the plan lacks webhooks, is it dropped,
   ``requeue_interrupted``.) Bodies of recently dispatched events are kept in
   memory (actors/event_bodies.py), so a start rarely reads the store.
 * **Reports** arrive in batches (one call applies every report waiting): the
@@ -53,7 +55,9 @@ only ever post to it without blocking, so no send goes up the graph.
   start are held, then written with others as one op (webhook_writes.py),
   without waiting for the commit; until then reads see them from memory.
 * **Restart**: deliveries found Sending (manual attempts, or data written by
-  an older version) are settled with ``webhook_delivery.requeue_interrupted``.
+  an older version) are settled with ``webhook_delivery.requeue_interrupted``,
+  except a manual attempt whose endpoint is on (and plan allows): it goes to
+  the front of its endpoint's queue, as ``send_now`` put it before.
   The open deliveries are read once, by endpoint, oldest first; of an
   endpoint that is not Off, a waiting delivery not due yet keeps its deadline
   (restored if it is missing), and those due go through the cap as if their
@@ -326,9 +330,14 @@ class WebhookActor:
         keep: list[Deadline] = []  # not due yet
         left: list[Deadline] = []  # due, left in the store
         queued: list[Deadline] = []  # due, in the ready queue: the timer has nothing to do
+        manual: list[Delivery] = []  # acknowledged Retry and Resend not yet sent
         for d in found:
             endpoint = self._endpoints.get(d.endpoint_id)
             if endpoint is None:
+                continue
+            if (d.status is DeliveryStatus.SENDING and d.next_trigger == deliveries.MANUAL
+                    and not endpoint.is_off and self._plan_allows(endpoint.project_id, plans)):
+                manual.append(d)  # sent now, as the team member's click was answered
                 continue
             settled = deliveries.requeue_interrupted(d, now_ms)
             if settled != d:
@@ -345,6 +354,8 @@ class WebhookActor:
                 queued.append(deadline)
             else:
                 left.append(deadline)
+        for d in reversed(manual):  # each to the front: in the order they were made
+            self._queue.add(d, front=True)
         written = {dl for _, s in settles if (dl := attempt_deadline(s)) is not None}
         stored = self._store.persisted_deadlines(keep + left + queued) | written
         arm = [dl for dl in keep if dl not in stored]

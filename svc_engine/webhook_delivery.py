@@ -293,9 +293,11 @@ def requeue_interrupted(delivery: Delivery, now_ms: int) -> Delivery:
     """After a restart: settle a delivery found in Sending.
 
     An interrupted scheduled attempt waits again, due now (Queued or
-    Retrying). An interrupted manual attempt is dropped: the delivery returns
-    to Delivered or Failed as its last recorded attempt says, and the team
-    member can press Retry or Resend again.
+    Retrying). A manual attempt is sent at restart (the actor queues it as
+    it is) unless its endpoint is Off or the plan lacks webhooks; then, and
+    only then, it is settled here, dropped: the delivery returns to
+    Delivered or Failed as its last recorded attempt says, and the team
+    member can press Retry or Resend again once the endpoint can be sent to.
     """
     if delivery.status is not DeliveryStatus.SENDING:
         return delivery

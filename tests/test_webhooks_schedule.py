@@ -407,6 +407,42 @@ async def test_retries_survive_a_restart(store: LmdbStore, wconfig: Config,
     assert len(set(receiver.ids())) == 5 and len(receiver.hits) == 5 * 7
 
 
+async def test_a_manual_attempt_answered_before_a_restart_is_sent_after_it(
+        store: LmdbStore, wconfig: Config, ca: tuple[trustme.CA, str],
+        autojump_clock: trio.testing.MockClock) -> None:
+    """Retry and Resend answer Sending once the attempt is written, before it
+    starts: a restart then (a deploy, SIGTERM) dropped it, and the receiver
+    never got what the team member was told was on its way. Of an endpoint
+    turned Off meanwhile it is still dropped (nothing may be sent there)."""
+    from svc_engine import webhook_delivery as wd
+
+    clock = TrioWallClock()
+    async with running_receiver(ca[0], clock) as receiver:
+        async with running_app(store, wconfig, clock) as app:
+            on = await add_endpoint(app, receiver.url)
+            off = await add_endpoint(app, receiver.url + "?off")
+            event = await emit(app, "click")
+            await until(clock, clock.now_ms() + MIN)
+            assert len(receiver.hits) == 2
+            tables = app.services.webhooks.tables  # type: ignore[union-attr]
+            done = {d.endpoint_id: d for d in deliveries_of(app, event.id)}
+            # what the API writes and answers before the attempt starts; then a stop
+            await store.write(lambda txn: [tables.save_delivery(txn, d, wd.resend(d))
+                                           for d in done.values()])
+            async with app.client("sk_test") as c:
+                assert (await c.post(f"/v1/webhooks/endpoints/{off['id']}/disable")
+                        ).status_code == 200
+        async with running_app(store, wconfig, clock) as again:
+            await until(clock, clock.now_ms() + MIN)
+            after = {d.endpoint_id: d for d in deliveries_of(again, event.id)}
+    assert len(receiver.hits) == 3  # the resend to the endpoint that is on
+    sent = after[on["id"]]
+    assert sent.status is DeliveryStatus.DELIVERED
+    assert [a.trigger for a in sent.attempts] == ["scheduled", "manual"]
+    dropped = after[off["id"]]
+    assert dropped.status is DeliveryStatus.DELIVERED and len(dropped.attempts) == 1
+
+
 async def test_a_missed_wake_up_costs_at_most_a_minute(
         world: World,
         autojump_clock: trio.testing.MockClock) -> None:
