@@ -71,12 +71,16 @@ class Answer:
     error: str | None
     detail: str = ""
     response_body: bytes = b""
+    elapsed_ms: int | None = None
+    """The attempt's duration as measured (a monotonic clock); None: the
+    difference of the two wall times, which a step of the wall clock moves."""
 
 
 def apply_answer(d: Delivery, endpoint: Endpoint, answer: Answer, retry_scale: float = 1.0
                  ) -> tuple[Delivery, Endpoint]:
     """The delivery (Delivered, Retrying or Failed) and endpoint after one attempt."""
-    elapsed = answer.finished_at_ms - answer.started_at_ms
+    elapsed = (answer.elapsed_ms if answer.elapsed_ms is not None
+               else answer.finished_at_ms - answer.started_at_ms)
     outcome = classify_response(answer.status, answer.error, elapsed)
     if answer.error is not None and answer.detail:
         outcome = attrs.evolve(outcome, detail=answer.detail)

@@ -31,6 +31,33 @@ def _job(url: str, delivery_id: str = "d-1") -> SendJob:
     return SendJob(delivery_id, "e-1", url, SECRET, "click", BODY)
 
 
+async def test_a_wall_clock_step_during_an_attempt_does_not_make_it_a_timeout() -> None:
+    """The 10-second rule is judged on trio's clock: NTP stepping the wall
+    clock 60 s forward during a 5 ms answer made it a timeout (retried, and
+    counted against the endpoint's health)."""
+    from svc_engine.webhook_retry import classify_response
+
+    class Stepped(SystemClock):
+        offset = 0
+
+        def now_ms(self) -> int:
+            return super().now_ms() + self.offset
+
+    clock = Stepped()
+
+    async def handle(peer: Peer) -> None:
+        while await peer.request() is not None:
+            clock.offset += 60_000
+            await peer.send(NO_CONTENT)
+
+    async with serving(handle) as server, HttpSender(clock) as sender:
+        report = await sender.attempt(_job(f"http://127.0.0.1:{server.port}/h"))
+    assert report.finished_at_ms - report.started_at_ms >= 60_000
+    assert report.status == 204 and report.elapsed_ms is not None
+    assert report.answer().elapsed_ms == report.elapsed_ms < 10_000
+    assert classify_response(report.status, report.error, report.elapsed_ms).delivered
+
+
 async def test_the_request_is_exactly_the_signed_delivery() -> None:
     async with serving(answering(NO_CONTENT)) as server, \
             HttpSender(SystemClock()) as sender:

@@ -88,6 +88,14 @@ def test_success_delivers_and_ends_the_streak() -> None:
     assert health.health.last_success_at_ms == T0 + 40
 
 
+def test_the_measured_duration_judges_the_answer_not_the_wall_times() -> None:
+    e = _endpoint(1)
+    after, _ = apply_answer(_sending(e), e, Answer(T0, T0 + 60_000, 204, None, elapsed_ms=5))
+    assert after.status is DeliveryStatus.DELIVERED
+    after, _ = apply_answer(_sending(e), e, Answer(T0, T0 + 5, 204, None, elapsed_ms=10_001))
+    assert after.status is DeliveryStatus.RETRYING and after.attempts[0].kind == "timeout"
+
+
 @pytest.mark.parametrize("answer,kind,next_ms", [
     (Answer(T0, T0 + 10, 500, None), "http_status", T0 + 10 + 60_000),
     (Answer(T0, T0 + 10, 503, None), "http_status", T0 + 10 + 60_000),
