@@ -70,6 +70,7 @@ from svc_engine.settings import DeferredSettings
 
 NEWEST_SCAN = 5_000  # entries :meth:`ClickWindow.newest` examines at most
 KEEP_MS = 360 * 60_000  # the longest window; a tap's rows, and its hash, go with it (< 7 h)
+AHEAD_MS = 60_000  # a tap this far after the sweep's now: the wall clock went back
 _TAIL = 24  # ms | click id: the end of every key of a tap
 
 
@@ -310,16 +311,22 @@ class ClickWindow:
         of each project and mode, one key range each, then a seek past the
         rest of that scope.
         (A tap's entry is read by key, so no separate time index is written
-        with every tap and every consumption.)"""
+        with every tap and every consumption.)
+
+        Taps more than ``AHEAD_MS`` after ``now_ms`` go too: only a wall
+        clock that went back puts a tap there, and no launch can match it
+        (a window ends at its launch), while its hash would wait for the
+        clock to catch up, hours past its 7."""
         cutoff = layout.ms(max(0, now_ms - KEEP_MS))
+        ahead = layout.ms(max(0, now_ms + AHEAD_MS))
         due: list[tuple[bytes, bytes]] = []
         cur = txn.cursor(db=self._entries)
         ok = cur.first()
         while ok and len(due) < limit:
             key = bytes(cur.key())
             scope = key[:17]
-            if key[17:25] >= cutoff:  # the rest of this scope is newer
-                ok = cur.set_range(layout.prefix_end(scope))
+            if cutoff <= key[17:25] <= ahead:  # to the first tap ahead of now, kept
+                ok = cur.set_range(scope + layout.ms(max(0, now_ms + AHEAD_MS + 1)))
                 continue
             due.append((key, bytes(cur.value())))
             ok = cur.next()

@@ -524,23 +524,30 @@ class LmdbStore:
                 for _, v in self.scan(b"deadlines", b"", start=start, limit=limit)]
 
     def deadline_kinds(self, among: Collection[str] | None = None) -> set[str]:
-        """The kinds of the persisted deadlines, read from their keys alone;
-        with ``among``, those of them that are persisted, and the walk (in due
+        """The kinds of the persisted deadlines (``first_deadlines``)."""
+        return set(self.first_deadlines(among))
+
+    def first_deadlines(self, among: Collection[str] | None = None) -> dict[str, Deadline]:
+        """The earliest persisted deadline of each kind, read from their keys
+        alone; with ``among``, of those kinds only, and the walk (in due
         order) stops once all are found, so a start reads only the deadlines
         due before the last of its recurring jobs', not a whole backlog of
         webhook attempts behind them (0.75 s a million)."""
-        kinds: set[str] = set()
+        found: dict[str, Deadline] = {}
         wanted = None if among is None else set(among)
         if wanted is not None and not wanted:
-            return kinds
+            return found
         with self.read() as txn:
-            for key in txn.cursor(db=self._db[b"deadlines"]).iternext(values=False):
-                kind = bytes(key[8:bytes(key).index(0, 8)]).decode()
-                if wanted is None or kind in wanted:
-                    kinds.add(kind)
-                    if kinds == wanted:
+            for raw in txn.cursor(db=self._db[b"deadlines"]).iternext(values=False):
+                key = bytes(raw)
+                end = key.index(0, 8)
+                kind = key[8:end].decode()
+                if (wanted is None or kind in wanted) and kind not in found:
+                    found[kind] = Deadline(due_ms=layout.from_ms(key[:8]), kind=kind,
+                                           ref=key[end + 1:].decode())
+                    if wanted is not None and len(found) == len(wanted):
                         break
-        return kinds
+        return found
 
     def persisted_deadlines(self, deadlines: Iterable[Deadline]) -> set[Deadline]:
         """Those of ``deadlines`` that are persisted (committed), in one read."""

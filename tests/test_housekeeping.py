@@ -9,9 +9,18 @@ import pytest
 import trio
 import trio.testing
 
+from storage.lmdb_store import LmdbStore
+from svc_engine.config import Config
 from svc_engine.idempotency import RETENTION_MS
 from tests.conftest import App
-from tests.deferred_helpers import ANDROID_UA, PLATFORMS, SDK, init_body, referrer_from_location
+from tests.deferred_helpers import (
+    ANDROID_UA,
+    IOS_UA,
+    PLATFORMS,
+    SDK,
+    init_body,
+    referrer_from_location,
+)
 from web import housekeeping
 from web.housekeeping import ATTRIBUTION_SWEEP, IDEM_SWEEP, Housekeeper
 
@@ -118,3 +127,52 @@ async def test_a_failed_run_leaves_the_schedule_as_it_was(
     assert len(sweeps) == before + 1
     await trio.sleep(3600)
     assert len(sweeps) == before + 7
+
+
+class SteppedClock:
+    """TrioWallClock with a wall clock that can be stepped (``offset_ms``)."""
+
+    def __init__(self, base_ms: int = 1_790_000_000_000) -> None:
+        self.base_ms = base_ms
+        self.offset_ms = 0
+
+    def now_ms(self) -> int:
+        return self.base_ms + self.offset_ms + round(trio.current_time() * 1000)
+
+    def trio_time_for(self, wall_ms: int) -> float:
+        return (wall_ms - self.base_ms - self.offset_ms) / 1000.0
+
+
+HOUR_MS = 3_600_000
+
+
+@pytest.mark.parametrize("tap_before_the_step", [False, True])
+async def test_a_wall_clock_gone_back_keeps_no_network_hash_past_7_hours(
+        store: LmdbStore, config: Config, autojump_clock: trio.testing.MockClock,
+        tap_before_the_step: bool) -> None:
+    """The machine's clock ran 8 hours ahead, then NTP stepped it back: the
+    sweeps, planned at wall times now 8 hours ahead, waited those hours (a
+    network hash kept 15), and a tap made before the step lay 8 hours in the
+    future, to be swept only once the clock caught up with it."""
+    from tests.conftest import running_app
+    clock = SteppedClock()
+    clock.offset_ms = 8 * HOUR_MS
+    async with running_app(store, config, clock) as app:
+        async with app.client("sk_test") as c:
+            assert (await c.patch("/v1/platforms", json=PLATFORMS)).status_code == 200
+            assert (await c.patch("/v1/deferred/settings", json={
+                "probabilisticMatching": True, "probabilisticIpMatching": True,
+                "probabilisticWindowMinutes": 360})).status_code == 200
+            ln = (await c.post("/v1/links", json={"path": "/a"})).json()
+        if not tap_before_the_step:
+            clock.offset_ms = 0
+        async with app.client(**{"user-agent": IOS_UA}) as c:
+            await c.get(f"/{ln['slug']}")
+        await app.flush()
+        clock.offset_ms = 0
+        entries = app.services.attribution.window(app.project_id, "test", 0)
+        assert len(entries) == 1 and entries[0].net_hash is not None
+        await trio.sleep(7 * 3600)
+        assert app.services.attribution.window(app.project_id, "test", 0) == []
+        raw = b"".join(v for _, v in app.services.store.scan(b"click_window", b""))
+        assert raw == b""
