@@ -7,6 +7,7 @@ token is back (the ``Retry-After`` of a 429).
 
 from __future__ import annotations
 
+import ipaddress
 import math
 
 import attrs
@@ -34,3 +35,20 @@ def take(bucket: Bucket | None, *, rate: float, burst: float, now_ms: int) -> Ve
         return Verdict(True, Bucket(tokens - 1.0, now_ms))
     wait = (1.0 - tokens) / rate if rate > 0 else 3600.0
     return Verdict(False, Bucket(tokens, now_ms), max(1, math.ceil(wait)))
+
+
+def client_key(address: str) -> str:
+    """What a per-client limit counts by: an IPv4 address whole, an IPv6
+    one by its /64 (the one subnet a home or a phone is given: any address
+    in it is that client's, and counted one by one a fresh address a
+    request passed every per-client limit); an IPv4-mapped IPv6 address as
+    its IPv4 one. Text that is not an address is counted as it is."""
+    if ":" not in address:
+        return address
+    try:
+        addr = ipaddress.IPv6Address(address.strip("[]"))
+    except ValueError:
+        return address
+    if addr.ipv4_mapped is not None:
+        return str(addr.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(addr) >> 64 << 64, 64)))

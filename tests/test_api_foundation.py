@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import attrs
 import orjson
 import pytest
 
+from actors.clock import TrioWallClock
+from storage.lmdb_store import LmdbStore
+from svc_engine.config import Config
 from svc_engine.errors import ActorFailed
-from tests.conftest import App
+from tests.conftest import App, running_app
 
 
 def _error(resp) -> tuple[int, str]:  # type: ignore[no-untyped-def]
@@ -275,3 +279,26 @@ async def test_overload_gives_quick_503(app: App) -> None:
         r = await c.get("/v1/deferred/settings")
     assert _error(r) == (503, "overloaded")
     assert r.headers["retry-after"] == "1"
+
+
+async def test_the_per_client_limit_counts_an_ipv6_client_by_its_64(
+        store: LmdbStore, config: Config) -> None:
+    """Every address of an IPv6 /64 is one client's (a home's or a phone's
+    subnet): counted address by address, a fresh one a request passed the
+    limit. IPv4 clients are counted whole, and another /64 is another client."""
+    from svc_engine.ratelimit import client_key
+
+    assert client_key("203.0.113.7") == "203.0.113.7"
+    assert client_key("2001:db8:1:2::9") == client_key("[2001:db8:1:2:ffff::1]")
+    assert client_key("2001:db8:1:2::9") != client_key("2001:db8:1:3::9")
+    assert client_key("::ffff:203.0.113.7") == "203.0.113.7"
+    assert client_key("not:an address") == "not:an address"
+    limited = attrs.evolve(config, client_ip_header="X-Forwarded-For", rate_limit_per_client=5)
+    async with running_app(store, limited, TrioWallClock()) as app, app.client() as c:
+        async def status(client: str) -> int:
+            r = await c.get("/v1/deferred/settings", headers={"x-forwarded-for": client})
+            return r.status_code
+
+        codes = [await status(f"2001:db8:1:2::{n:x}") for n in range(1, 31)]
+        assert codes[0] == 401 and 429 in codes
+        assert await status("2001:db8:1:3::1") == 401  # another /64

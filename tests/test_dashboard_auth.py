@@ -241,6 +241,12 @@ async def test_behind_a_proxy_the_throttle_counts_per_forwarded_client(
             assert await two_lines(f"v{n}@example.com", "203.0.113.8") == 400
         assert await two_lines("y@example.com", "203.0.113.8") == 429
 
+        # an IPv6 client is its /64: a new address of it each try is no new client
+        for n in range(20):
+            assert await attempt(f"w{n}@example.com", "wrong", f"2001:db8:5:6::{n + 1:x}") == 400
+        assert await attempt("z@example.com", "wrong", "2001:db8:5:6:ffff::1") == 429
+        assert await attempt("z@example.com", "wrong", "2001:db8:5:7::1") == 400
+
 
 async def test_invitation_for_a_new_account(app: App) -> None:
     m = await signed_in(app, owner(app))

@@ -26,6 +26,7 @@ from svc_engine.errors import (
     SvcError,
     Unauthenticated,
 )
+from svc_engine.ratelimit import client_key
 from web import logs
 from web.api import Api
 from web.auth import RateLimiter
@@ -177,7 +178,8 @@ class Front:
             if req.path.startswith("/v1/") or req.path == "/v1":
                 who = self.client_ip(req)
                 if who is not None:
-                    self.client_limiter.check(who.encode(), self.services.clock.now_ms())
+                    self.client_limiter.check(client_key(who).encode(),
+                                              self.services.clock.now_ms())
                 return await self.api.handle(req)
             if req.path == "/healthz":
                 _only_get(req)

@@ -13,6 +13,7 @@ import hmac
 from collections import OrderedDict
 from typing import TypeVar
 
+from svc_engine.ratelimit import client_key
 from svc_engine.records import normalize_email
 from svc_engine.signin_throttle import (
     CLIENT_LIMIT,
@@ -35,7 +36,8 @@ class SignInThrottle:
         self._clients: OrderedDict[bytes, Failures] = OrderedDict()
 
     def _client(self, address: str | None) -> bytes:
-        return hmac.new(self._secret, f"signin-client:{address or '-'}".encode(),
+        client = client_key(address) if address else "-"
+        return hmac.new(self._secret, f"signin-client:{client}".encode(),
                         hashlib.sha256).digest()[:16]
 
     def retry_after(self, email: str, address: str | None, now_ms: int) -> int:
