@@ -198,8 +198,12 @@ class AttributionStore:
             if stored is not None and is_first_launch and stored.decision is None:
                 # Registered by a later launch's report, which came before this
                 # retry of the failed first one: no first launch was judged, so
-                # this one is (in the same row), not refused as a second.
-                this = attrs.evolve(install, created_at_ms=stored.install.created_at_ms)
+                # this one is, not refused as a second. The install is counted
+                # now, so its row moves to now: at the registration's time it
+                # was exported on a day whose summary counted no install.
+                key = install_rows.index_key(project_id, mode.value, install.install_id)
+                txn.delete(install_rows.row_key(key, layout.ms(stored.install.created_at_ms)),
+                           db=db[b"installs_by_time"])
                 stored = None
             if stored is not None:
                 existing = stored.install

@@ -205,6 +205,37 @@ async def test_a_first_launch_retried_after_a_later_launch_s_report_is_judged(
     assert counted["installs"]["total"] == 1, counted
 
 
+async def test_an_install_registered_by_a_later_launch_is_exported_on_its_counted_day(
+        app: App, autojump_clock: trio.testing.MockClock) -> None:
+    """Registered one day by a later launch's report, judged the next by the
+    first launch's: the summary counts it the second day, and the export
+    listed it (firstLaunch true) on the first, a day the summary counted no
+    install."""
+    await setup(app)
+    now = app.services.clock.now_ms()
+    to_late_evening = (86_400_000 - now % 86_400_000) - 3_600_000
+    await trio.sleep(to_late_evening / 1000)  # 23:00 UTC
+    iid = new_install()
+    assert await init(app, init_body(iid, "android", first=False)) == (200, {"link": None})
+    day_a = iso_utc(app.services.clock.now_ms())[:10]
+    await trio.sleep(2 * 3600)  # 01:00 UTC the next day
+    assert (await init(app, init_body(iid, "android")))[0] == 200
+    day_b = iso_utc(app.services.clock.now_ms())[:10]
+    await app.flush()
+    async with app.client("sk_test") as c:
+        summary = (await c.get("/v1/analytics/summary",
+                               params={"from": day_a, "to": day_b})).json()
+        listed = {}
+        for day in (day_a, day_b):
+            r = await c.get("/v1/export/installs", params={"format": "ndjson", "from": day,
+                                                           "to": day})
+            assert r.status_code == 200, r.text
+            listed[day] = [line for line in r.text.splitlines() if iid in line]
+    assert summary["installs"]["byDay"] == {day_a: 0, day_b: 1}
+    assert listed[day_a] == [] and len(listed[day_b]) == 1
+    assert len(app.services.store.scan(b"installs_by_time", b"")) == 1
+
+
 async def test_a_first_launch_retried_after_its_answer_was_swept_gets_the_same_link(
         app: App) -> None:
     """The SDK retries a failed first launch report on the next launch with
