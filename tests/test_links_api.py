@@ -115,6 +115,10 @@ async def test_custom_slug_crud_and_listing(app: App) -> None:
         assert len((await c.get("/v1/links", params={"q": "sale"})).json()["data"]) == 1
         bad = await c.get("/v1/links", params={"cursor": "zz"})
         assert bad.status_code == 400
+        for limit in ("0", "101", "-1", "abc", "1.5", " 5", "+5", "5_0", "\uff11", "0005"):
+            bad = await c.get("/v1/links", params={"limit": limit})
+            assert bad.status_code == 400 and bad.json()["error"]["field"] == "limit", limit
+        assert (await c.get("/v1/links", params={"limit": "100"})).status_code == 200
         patched = await c.patch(f"/v1/links/{link['id']}", json={"title": "New", "campaign": None})
         assert patched.status_code == 200
         assert patched.json()["title"] == "New" and patched.json()["campaign"] is None

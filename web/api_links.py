@@ -129,10 +129,12 @@ def register(api: Api) -> None:
         for name in FILTERS:  # no stored text is longer; a search's work grows with it
             if len(q.get(name) or "") > FILTER_MAX:
                 raise ValidationError(f"{name} is at most {FILTER_MAX} characters", field=name)
-        try:
-            limit = int(q.get("limit", "50"))
-        except ValueError:
-            raise ValidationError("limit must be a whole number", field="limit") from None
+        text = q.get("limit", "50")
+        # ASCII digits only: int() also took " 5", "+5", "5_0" (50) and "１"
+        if not (text.isascii() and text.isdigit()) or len(text) > 3:
+            raise ValidationError(f"limit must be a whole number, 1 to {MAX_PAGE}",
+                                  field="limit")
+        limit = int(text)
         if not 1 <= limit <= MAX_PAGE:
             raise ValidationError(f"limit must be 1 to {MAX_PAGE}", field="limit")
         try:
