@@ -383,7 +383,8 @@ class AttributionStore:
 
     # -- expiry sweep ------------------------------------------------------------------
 
-    async def sweep(self, now_ms: int, limit: int = 10_000) -> dict[str, int]:
+    async def sweep(self, now_ms: int, limit: int = 10_000,
+                    latest_ms: int | None = None) -> dict[str, int]:
         """Delete window entries (and so network hashes) older than the longest
         window, tokens and handoffs past their expiry, and 'Continue in app'
         opens whose install's first launch did not come in 7 days (a read of
@@ -408,7 +409,8 @@ class AttributionStore:
                     stale.append(bytes(k))
             for k in stale:
                 txn.delete(k, db=landing)
-            return {"window": self.click_window.sweep(txn, now_ms, limit), "tokens": len(due),
+            return {"window": self.click_window.sweep(txn, now_ms, limit, latest_ms),
+                    "tokens": len(due),
                     "handoffs": self.handoffs.sweep(txn, now_ms, limit),
                     "landing_opens": len(stale)}
 

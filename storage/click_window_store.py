@@ -305,7 +305,8 @@ class ClickWindow:
 
     # -- expiry ------------------------------------------------------------------------
 
-    def sweep(self, txn: lmdb.Transaction, now_ms: int, limit: int) -> int:
+    def sweep(self, txn: lmdb.Transaction, now_ms: int, limit: int,
+              latest_ms: int | None = None) -> int:
         """Delete up to ``limit`` taps older than the longest window, consumed
         or not (and so their hashes, well within 7 hours): the oldest entries
         of each project and mode, one key range each, then a seek past the
@@ -313,12 +314,15 @@ class ClickWindow:
         (A tap's entry is read by key, so no separate time index is written
         with every tap and every consumption.)
 
-        Taps more than ``AHEAD_MS`` after ``now_ms`` go too: only a wall
-        clock that went back puts a tap there, and no launch can match it
-        (a window ends at its launch), while its hash would wait for the
-        clock to catch up, hours past its 7."""
+        Taps more than ``AHEAD_MS`` after ``latest_ms`` (the clock read as
+        this slice began; ``now_ms`` is when its run began, and a long run's
+        new taps are after it) go too: only a wall clock that went back puts
+        a tap there, and no launch can match it (a window ends at its
+        launch), while its hash would wait for the clock to catch up, hours
+        past its 7."""
+        latest = max(now_ms, latest_ms if latest_ms is not None else now_ms)
         cutoff = layout.ms(max(0, now_ms - KEEP_MS))
-        ahead = layout.ms(max(0, now_ms + AHEAD_MS))
+        ahead = layout.ms(max(0, latest + AHEAD_MS))
         due: list[tuple[bytes, bytes]] = []
         cur = txn.cursor(db=self._entries)
         ok = cur.first()
@@ -326,7 +330,7 @@ class ClickWindow:
             key = bytes(cur.key())
             scope = key[:17]
             if cutoff <= key[17:25] <= ahead:  # to the first tap ahead of now, kept
-                ok = cur.set_range(scope + layout.ms(max(0, now_ms + AHEAD_MS + 1)))
+                ok = cur.set_range(scope + layout.ms(max(0, latest + AHEAD_MS + 1)))
                 continue
             due.append((key, bytes(cur.value())))
             ok = cur.next()

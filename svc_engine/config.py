@@ -228,8 +228,8 @@ def canonical_public_url(url: str) -> str:
     parts = urlsplit(url)
     host = parts.hostname or ""
     if not host.startswith("[") and ":" not in host:  # not an IPv6 literal
-        try:
-            host = ascii_host(host.rstrip(".")).lower()
+        try:  # the dot cut after IDNA, which makes one of "。" and its kin
+            host = ascii_host(host.rstrip(".")).lower().rstrip(".")
         except UnicodeError:
             raise ValidationError(f"SVC_PUBLIC_URL: {url!r}: {host!r} is not a valid "
                                   "internationalized domain name",

@@ -89,11 +89,11 @@ async def test_a_failed_run_leaves_the_schedule_as_it_was(
     sweeps: list[int] = []
     real_sweep = app.services.attribution.sweep
 
-    async def flaky_sweep(now: int, limit: int) -> dict[str, int]:
+    async def flaky_sweep(now: int, limit: int, latest: int | None = None) -> dict[str, int]:
         sweeps.append(now)
         if len(sweeps) == 1:
             raise StorageUnavailable("simulated: the disk is full")
-        return await real_sweep(now, limit)
+        return await real_sweep(now, limit, latest)
 
     monkeypatch.setattr(app.services.attribution, "sweep", flaky_sweep)
     purges: list[int] = []
@@ -176,3 +176,37 @@ async def test_a_wall_clock_gone_back_keeps_no_network_hash_past_7_hours(
         assert app.services.attribution.window(app.project_id, "test", 0) == []
         raw = b"".join(v for _, v in app.services.store.scan(b"click_window", b""))
         assert raw == b""
+
+
+async def test_a_long_sweep_run_keeps_the_taps_made_during_it(
+        app: App, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every slice of a run read the run's start as now: past a minute of
+    slices (a backlog of millions of expired taps), each new tap was "dated
+    ahead" and deleted by the next slice."""
+    from svc_engine.click_window import ClickWindowEntry
+    from svc_engine.keys import Mode
+
+    monkeypatch.setattr(housekeeping, "SLICE", 1)
+    monkeypatch.setattr(housekeeping, "SLICE_PAUSE_S", 1.0)
+    async with app.client("sk_test") as c:
+        assert (await c.patch("/v1/platforms", json=PLATFORMS)).status_code == 200
+        assert (await c.patch("/v1/deferred/settings", json={
+            "probabilisticMatching": True, "probabilisticWindowMinutes": 360})).status_code == 200
+        ln = (await c.post("/v1/links", json={"path": "/a"})).json()
+    now = app.services.clock.now_ms()
+    window = app.services.attribution.click_window
+    old = [ClickWindowEntry(click_id=str(uuid.uuid4()), link_id=ln["id"], mode=Mode.TEST,
+                            os_major=26, country="DE", at_ms=now - 7 * 3_600_000 + i)
+           for i in range(150)]  # expired: 150 slices of one, a second apart
+    await app.services.store.write(lambda txn: [window.put(txn, app.project_id, e)
+                                                for e in old])
+    _, job = Housekeeper(app.services).jobs[ATTRIBUTION_SWEEP]
+    async with trio.open_nursery() as n:
+        n.start_soon(job, now)
+        await trio.sleep(100)  # the run is 100 slices in
+        async with app.client(**{"user-agent": IOS_UA, "cf-ipcountry": "DE"}) as c:
+            await c.get(f"/{ln['slug']}")
+        await app.flush()
+    left = app.services.attribution.window(app.project_id, "test", 0)
+    assert [e.link_id for e in left] == [ln["id"]]

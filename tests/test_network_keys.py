@@ -249,3 +249,27 @@ async def test_a_restart_keeps_matching_the_taps_before_it(
     async with running_app(store, config, clock) as app:
         status, body = await init(app, init_body(new_install(), "ios"))
     assert status == 200 and body["link"]["linkId"] == a["id"]  # type: ignore[index]
+
+
+async def test_a_wall_clock_stepped_forward_rotates_within_a_minute(
+        store: LmdbStore, config: Config, autojump_clock: trio.testing.MockClock) -> None:
+    """The loop waited on trio's clock for the boundary it computed: a wall
+    clock stepped 12 hours forward (NTP setting a clock that started behind,
+    a resume from suspend) left taps with no key, so no network hash, for
+    hours, and the dropped keys in the file."""
+    from tests.test_housekeeping import SteppedClock
+
+    clock = SteppedClock()
+    async with running_app(store, config, clock) as app:
+        ring = app.services.network_keys
+        first = dict(ring.keys.keys)
+        clock.offset_ms = 12 * HOUR_MS
+        assert ring.keys.tap_key(clock.now_ms()) is None  # until the loop looks
+        await trio.sleep(61)
+        now = clock.now_ms()
+        assert ring.keys.tap_key(now) is not None
+        held = NetworkKeys.decode(Path(config.data_dir, FILE_NAME).read_bytes())
+        assert held == ring.keys
+        assert [e for e, _ in held.keys][-2:] == [epoch_of(now), epoch_of(now) + 1]
+        dropped = [k for e, k in first.items() if e < epoch_of(now) - 1]
+        assert dropped and not set(dropped) & {k for _, k in held.keys}

@@ -128,6 +128,8 @@ def test_a_value_a_setting_cannot_take_is_refused_naming_it(env: dict[str, str],
     ("HTTPS://Go.Example.COM.:8443/links/", "https://go.example.com:8443/links/"),
     ("http://[::1]:8080", "http://[::1]:8080"),
     ("http://127.0.0.1:8000/x", "http://127.0.0.1:8000/x"),
+    ("http://svc.example\u3002", "http://svc.example"),  # IDNA makes it a dot
+    ("http://b\u00fccher.example\uff0e/x", "http://xn--bcher-kva.example/x"),
 ])
 def test_the_public_url_is_kept_as_browsers_send_its_host(given: str, kept: str) -> None:
     assert config_mod.load({"SVC_PUBLIC_URL": given}, {}).public_url == kept

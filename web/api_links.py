@@ -130,7 +130,7 @@ def register(api: Api) -> None:
             if len(q.get(name) or "") > FILTER_MAX:
                 raise ValidationError(f"{name} is at most {FILTER_MAX} characters", field=name)
         text = q.get("limit", "50")
-        # ASCII digits only: int() also took " 5", "+5", "5_0" (50) and "１"
+        # ASCII digits only: int() also took " 5", "+5", "5_0" (50) and full-width digits
         if not (text.isascii() and text.isdigit()) or len(text) > 3:
             raise ValidationError(f"limit must be a whole number, 1 to {MAX_PAGE}",
                                   field="limit")

@@ -73,8 +73,8 @@ class Housekeeper:
         self.jobs = {
             IDEM_SWEEP: (3_600_000, lambda now: _drain(
                 lambda: store.purge_responses(now - RETENTION_MS, SLICE))),
-            ATTRIBUTION_SWEEP: (600_000, lambda now: _drain(
-                lambda: attribution.sweep(now, SLICE))),
+            ATTRIBUTION_SWEEP: (600_000, lambda now: _drain(  # each slice reads the clock:
+                lambda: attribution.sweep(now, SLICE, self.services.clock.now_ms()))),
             EVENTS_RETENTION: (86_400_000, self._purge_events),
         }
 

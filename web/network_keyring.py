@@ -10,9 +10,16 @@ place of the old one).
 
 A data dir without the file (a new one, or one an older svc served, whose
 taps were hashed with the server's secret) starts with the server's secret
-as the key of the epoch before the current one, so the taps already in the
-window still match; it is dropped at the next rotation but one, like any
-key.
+as the key of the epoch before the current one, so launches until the
+current epoch ends still match the taps made before (a launch of the next
+epoch looks under that epoch's key and the current one's only); it leaves
+memory and the file at the next rotation but one, like any key.
+
+Rotations follow the wall clock: the loop looks every ``CHECK_S`` of trio's
+clock whether the wall time's epoch changed, so a wall clock stepped
+forward (NTP setting a clock that started behind, a machine resumed from
+suspend, when trio's clock stood still) rotates within a minute, not at
+the boundary trio's clock was told to wait for.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from svc_engine.network_keys import KEY_BYTES, NetworkKeys, epoch_of, next_rotat
 
 log = logging.getLogger("svc.network_keys")
 FILE_NAME = "network-keys"
+CHECK_S = 60.0  # how often the loop reads the wall clock's epoch
 
 
 class NetworkKeyring:
@@ -84,15 +92,19 @@ class NetworkKeyring:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
-        """Rotate at each epoch's start."""
+        """Rotate at each epoch's start (within ``CHECK_S`` of it by the wall clock)."""
         task_status.started()
+        rotated = epoch_of(self._clock.now_ms())
         while True:
-            await trio.sleep_until(self._clock.trio_time_for(
-                next_rotation_ms(self._clock.now_ms())))
+            boundary = self._clock.trio_time_for(next_rotation_ms(self._clock.now_ms()))
+            await trio.sleep_until(min(boundary, trio.current_time() + CHECK_S))
+            if epoch_of(self._clock.now_ms()) == rotated:
+                continue
             # On the loop: a file of at most 115 bytes flushed once in 7 hours
             # (~0.1-0.2 ms here, like one commit's flush), which a test can
             # then see written as soon as the rotation is due.
             self.save(self.rotate_now())
+            rotated = epoch_of(self._clock.now_ms())
 
 
 def _sized(key: bytes) -> bytes:
