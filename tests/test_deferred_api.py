@@ -414,8 +414,12 @@ async def test_resolve_finds_a_slug_only_on_a_link_domain(app: App) -> None:
             assert await status(other) == 404, other
         await app.flush()
         assert app.services.store.scan(b"opens", b"") == []
-        for same in (f"https://svc.test/{slug}", f"http://SVC.test:8080/{slug}"):
+        escaped = "".join(f"%{ord(ch):02X}" for ch in str(slug))  # as the redirector serves it
+        for same in (f"https://svc.test/{slug}", f"http://SVC.test:8080/{slug}",
+                     f"https://svc.test/{escaped}"):
             assert await status(same) == 200, same
+        for bad in (f"https://svc.test/{slug}%2Fx", f"https://svc.test/{slug}%ff"):
+            assert await status(bad) == 404, bad
         r = await c.post("/v1/handoffs", json={"url": f"https://shop.example/{slug}",
                                                "userId": "u"},
                          headers={"authorization": f"Bearer {app.keys['sk_test']}"})

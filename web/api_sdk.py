@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from storage.attribution_store import ClaimResult, LaunchResult, OpenResult
 from storage.writer import Op
@@ -128,7 +128,11 @@ def register(api: Api) -> None:
             raise NotFound("no link for this URL") from None
         domain = services.url_link_domain(parts)
         under = public_path if domain == services.default_domain else ""
-        slug = slug_in(parts.path, under=under) if domain is not None else None
+        try:  # decoded as the redirector decodes a request's path (web/connection.py):
+            path = unquote(parts.path, errors="strict")  # /%70romo is /promo there
+        except UnicodeDecodeError:
+            raise NotFound("no link for this URL") from None
+        slug = slug_in(path, under=under) if domain is not None else None
         link = services.links.by_slug(domain, slug) if domain and slug else None
         if (link is None or link.deleted or link.project_id != ctx.project.id
                 or link.mode is not ctx.mode):
