@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -175,14 +175,17 @@ class EventRows:
 
 def parse_event_rows(body: object, *, now_ms: int,
                      encode_all: EncodeAll = encode_all_stdlib,
-                     fast: bool = True) -> EventRows:
+                     fast: bool = True,
+                     refused: Mapping[int, Rejection] | None = None) -> EventRows:
     """Validate a batch body (whatever the JSON decoder gave): the rows of the
     events the rules pass, and the others in ``rejected``. ValidationError for
     a bad envelope, or for the first event when every event is refused.
     ``encode_all`` measures ``properties`` (the web layer passes a faster
     encoder with the same output). ``fast=False``: the reference alone, for
     a body that may hold strings that are not Unicode text (a lone UTF-16
-    surrogate, which the fast check does not look for: web/api_events.py)."""
+    surrogate, which the fast check does not look for: web/api_events.py).
+    ``refused``: events already refused by a rule the caller checks (their
+    index: the rejection), left out by the reference."""
     m = json_object(body)
     install_id = uuid4_field(m, "installId")
     items = m.get("events")
@@ -191,10 +194,10 @@ def parse_event_rows(body: object, *, now_ms: int,
     if not 1 <= len(items) <= MAX_EVENTS_PER_BATCH:
         raise ValidationError(f"events: must hold 1 to {MAX_EVENTS_PER_BATCH} events",
                               field="events")
-    rows = fast_rows(items, now_ms, encode_all) if fast else None
+    rows = fast_rows(items, now_ms, encode_all) if fast and not refused else None
     if rows is not None:
         return EventRows(install_id, *rows)
-    kept, rejected = _reference_rows(items, now_ms, encode_all)
+    kept, rejected = _reference_rows(items, now_ms, encode_all, refused)
     if kept is None:
         raise rejected[0].error()
     return EventRows(install_id, *kept, rejected)
@@ -212,12 +215,17 @@ def parse_events_batch(body: object, *, now_ms: int,
 
 
 def _reference_rows(items: list[Any], now_ms: int, encode_all: EncodeAll,
+                    refused: Mapping[int, Rejection] | None = None,
                     ) -> tuple[Rows | None, tuple[Rejection, ...]]:
     """The rows of the events :func:`_event` passes (None if it passes none),
-    and a :class:`Rejection` for each other, in batch order."""
+    and a :class:`Rejection` for each other (``refused``'s for those), in
+    batch order."""
     checked = []
     rejected = []
     for i, item in enumerate(items):
+        if refused and i in refused:
+            rejected.append(refused[i])
+            continue
         try:
             checked.append(_event(item, i, encode_all))
         except ValidationError as e:

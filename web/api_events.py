@@ -54,11 +54,19 @@ from storage.event_records import NewEvents, encode_all
 from storage.events_store import BatchResult, EventsStore
 from svc_engine.analytics import MAX_RANGE_DAYS, DayRange, parse_day_range, parse_top
 from svc_engine.errors import InstallNotFound, NotFound, ValidationError
-from svc_engine.event_batch import EventRows, parse_event_rows
+from svc_engine.event_batch import EventRows, Rejection, parse_event_rows
 from svc_engine.ids import is_uuid
 from web import export, openapi
 from web.auth import KeyContext
-from web.http import Parts, Request, Response, StreamResponse, json_response, refuse_inexact
+from web.http import (
+    Parts,
+    Request,
+    Response,
+    StreamResponse,
+    inexact_error,
+    inexact_integer,
+    json_response,
+)
 from web.idem import IdemSlot, json_render
 from web.openapi import op, path_param, query
 from web.openapi_schemas import INSTALL_ID, UUID, Schema
@@ -211,9 +219,9 @@ def validated(data: object, now_ms: int, body: bytes, *, fast: bool = True,
               ) -> tuple[str, NewEvents]:
     """The install id and the events of a batch body (``data``, decoded with
     orjson from ``body``; the checks bound the nesting), ready to store, the
-    refused ones in ``NewEvents.rejected``; 400 on a bad envelope, on the first
-    event when every one is refused, or when a kept event's properties hold an
-    integer orjson rounded.
+    refused ones in ``NewEvents.rejected``; 400 on a bad envelope, or on the
+    first event when every one is refused. An event whose properties hold an
+    integer orjson rounded is refused too (a ``Rejection`` naming the field).
 
     That last check looks again only at the kept properties whose encoded
     text holds an exponent of 18 or more: orjson decodes an integer past 64
@@ -221,7 +229,7 @@ def validated(data: object, now_ms: int, body: bytes, *, fast: bool = True,
     writes with one (``1.2345678901234568e+29``; any float from 1e16 up is
     written ``e+``), so properties without one hold none (a ``+`` looked for
     first: 1 µs). Those are read again from the body, exactly, only when the
-    body holds a run of 19 digits (``refuse_inexact`` with those properties
+    body holds a run of 19 digits (``inexact_integer`` with those properties
     as its parts: a scan of the body in C, 17 µs for a batch of 100, then
     the standard library's decode); the field names the event. Only what is
     kept is checked: a long integer in a field the batch ignores, or in an
@@ -230,14 +238,26 @@ def validated(data: object, now_ms: int, body: bytes, *, fast: bool = True,
     rows = parse_event_rows(data, now_ms=now_ms, encode_all=encode_all, fast=fast)
     joined = b"".join(rows.properties_json)
     if b"+" in joined and _PAST_64_BITS.search(joined):
-        refuse_inexact(body, _kept_properties(rows))
+        # Such an event is refused alone, like any bad event (it took its
+        # whole batch with it: the SDK drops a batch answered 400); the
+        # batch is 400 only when no event is left.
+        refused: dict[int, Rejection] = {}
+        while (found := inexact_integer(body, _kept_properties(rows))) is not None:
+            error = inexact_error(*found)
+            field = error.field or ""
+            if not field.startswith("events["):  # every part is an event's properties
+                raise error
+            index = int(field[len("events["):field.index("]")])
+            refused[index] = Rejection(index, field, error.message)
+            rows = parse_event_rows(data, now_ms=now_ms, encode_all=encode_all, fast=False,
+                                    refused=refused)
     return rows.install_id, NewEvents.of(rows, received_at_ms=now_ms)
 
 
 def _kept_properties(rows: EventRows) -> Parts:
     """The ``properties`` of the kept events whose encoded text may hold a
     rounded integer (:data:`_PAST_64_BITS`), in a batch body decoded again
-    (``refuse_inexact``'s parts; the two decoders keep the same values), and
+    (``inexact_integer``'s parts; the two decoders keep the same values), and
     the field of each."""
 
     def parts(decoded: Any) -> tuple[list[Any], Callable[[int], str]]:

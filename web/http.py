@@ -187,13 +187,17 @@ def refuse_inexact(body: bytes, parts: Parts | None = None) -> None:
     decoded) that orjson does not decode exactly (:func:`inexact_integer`)."""
     found = inexact_integer(body, parts)
     if found is not None:
-        text, field = found
-        shown = text if len(text) <= 32 else f"{text[:24]}... ({len(text)} characters)"
-        if field is not None and len(field) > 100:  # a key is the sender's to make long
-            field = f"{field[:96]}..."
-        raise ValidationError(
-            f"{field or 'the request body'}: the integer {shown} cannot be kept exactly "
-            "(integers lie within -2^63 and 2^64-1); send it as a string", field=field)
+        raise inexact_error(*found)
+
+
+def inexact_error(text: str, field: str | None) -> ValidationError:
+    """The error for the integer ``text`` at ``field`` that cannot be kept."""
+    shown = text if len(text) <= 32 else f"{text[:24]}... ({len(text)} characters)"
+    if field is not None and len(field) > 100:  # a key is the sender's to make long
+        field = f"{field[:96]}..."
+    return ValidationError(
+        f"{field or 'the request body'}: the integer {shown} cannot be kept exactly "
+        "(integers lie within -2^63 and 2^64-1); send it as a string", field=field)
 
 
 def inexact_integer(body: bytes, parts: Parts | None = None,
