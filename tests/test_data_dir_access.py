@@ -109,7 +109,8 @@ def test_what_serve_makes_is_the_owner_s_alone(tmp_path: Path) -> None:
     finally:
         os.umask(before)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (data, *data.iterdir())}
-    assert modes == {"fresh": 0o700, "data.mdb": 0o600, "lock.mdb": 0o600, "serve.lock": 0o600}
+    assert modes == {"fresh": 0o700, "data.mdb": 0o600, "lock.mdb": 0o600, "serve.lock": 0o600,
+                     "network-keys": 0o600}
     backup = tmp_path / "bk"
     assert _svc(data, "backup", str(backup)).returncode == 0
     doctor = _svc(backup, "doctor")
