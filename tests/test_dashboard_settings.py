@@ -289,3 +289,15 @@ async def test_a_form_made_for_one_mode_is_not_applied_in_another(app: App) -> N
                                                      "ws": f"{app.project_id}:live"})
     assert made.status_code == 200 and "sk_live_" in made.text
     await m.aclose()
+
+
+async def test_live_events_of_an_organization_with_no_project_yet(app: App) -> None:
+    """A new organization has no project until one is made: Live events (open
+    to every role) was a 500, its feed too."""
+    m = await signed_in(app, owner(app))
+    made = await m.post("/dashboard/orgs/new", {"name": "Side project"})
+    assert made.status_code == 303
+    for path in ("/dashboard/live", "/dashboard/live/events"):
+        r = await m.get(path)
+        assert r.status_code < 500, (path, r.status_code)
+    await m.aclose()

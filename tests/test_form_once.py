@@ -258,3 +258,75 @@ async def test_retry_clicked_twice_retries_once(app: App) -> None:
             await trio.sleep(0.01)
     assert len(d.attempts) == 8
     await m.aclose()
+
+
+async def test_rotate_clicked_twice_shows_the_new_secret_both_times(app: App) -> None:
+    """The second POST of a double click was refused (409: the form's secret
+    was rotated by the first), and the browser showed that: the new secret,
+    which the old one had already stopped verifying, was never seen."""
+    endpoint = await make_endpoint(app)
+    m = await signed_in(app, owner(app))
+    page = f"/dashboard/settings/webhooks/{endpoint.id}"
+    got = await m.get(page)
+    check = re.search(r'name="secret_check" value="([0-9a-f]{16})"', got.text)
+    found = ONCE_FIELD.search(got.text)
+    assert check is not None and found is not None
+    form = {"secret_check": check.group(1), "once": found.group(1)}
+    first = await m.post(page + "/rotate", form)
+    again = await m.post(page + "/rotate", form)
+    assert first.status_code == again.status_code == 200
+    secret = actor(app).tables.endpoint(app.project_id, endpoint.mode, endpoint.id)
+    assert secret is not None and secret.secret != endpoint.secret
+    assert secret.secret in first.text and secret.secret in again.text
+    await m.aclose()
+
+
+async def test_a_delete_clicked_twice_answers_as_the_first(app: App) -> None:
+    """The second POST found nothing left and showed "no such link" (or a
+    404), though the delete was done: it gets the first answer now."""
+    async with app.client("sk_test") as c:
+        link = (await c.post("/v1/links", json={"path": "/doomed"})).json()
+    m = await signed_in(app, owner(app))
+    page = f"/dashboard/links/{link['id']}"
+    form = {"once": await once_key(m, page)}
+    first = await m.post(page + "/delete", form)
+    again = await m.post(page + "/delete", form)
+    assert first.status_code == again.status_code == 303
+    assert first.headers["location"] == again.headers["location"]
+    await m.aclose()
+
+
+@pytest.mark.parametrize("what", ["link", "webhook delete", "webhook rotate", "domain",
+                                  "invitation"])
+async def test_every_delete_and_rotate_form_carries_a_once_key(app: App, what: str) -> None:
+    from svc_engine.plans import Plan
+    await app.services.store.set_plan(app.org_id, Plan.SCALE)
+    m = await signed_in(app, owner(app))
+    if what == "link":
+        async with app.client("sk_test") as c:
+            link = (await c.post("/v1/links", json={"path": "/x"})).json()
+        path = f"/dashboard/links/{link['id']}"
+    elif what.startswith("webhook"):
+        endpoint = await make_endpoint(app)
+        path = f"/dashboard/settings/webhooks/{endpoint.id}"
+        path += "/delete" if what == "webhook delete" else ""
+    elif what == "domain":
+        async with app.client("sk_test") as c:
+            assert (await c.post("/v1/domains", json={"domain": "go.example.net"})
+                    ).status_code == 201
+        path = "/dashboard/build/domains"
+    else:
+        r = await m.post("/dashboard/settings/team/invite", {
+            "email": "new@example.com", "role": "developer",
+            "once": await once_key(m, "/dashboard/settings/team")})
+        assert r.status_code == 200
+        path = "/dashboard/settings/team"
+    page = (await m.get(path)).text
+    action = {"link": "/delete", "webhook delete": "/delete", "webhook rotate": "/rotate",
+              "domain": "/remove", "invitation": "/revoke"}[what]
+    start = re.search(rf'<form method="post" action="[^"]*{action}"', page)
+    assert start is not None, what
+    form = page[start.start():]
+    form = form[:form.index("</form>")]
+    assert ONCE_FIELD.search(form), what
+    await m.aclose()

@@ -77,7 +77,7 @@ def register(dash: Dashboard) -> None:
         return see_other(url_for("domains", done="domain-added"))
 
     @dash.page("/dashboard/build/domains/<domain>/remove", Action.DOMAINS_MANAGE,
-               methods=("POST",), endpoint="remove_domain")
+               methods=("POST",), endpoint="remove_domain", once=True)
     async def remove_domain(viewer: Viewer, domain: str) -> ResponseReturnValue:
         if viewer.project is None:
             raise NotFound("no such domain in this project")

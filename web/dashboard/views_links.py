@@ -229,7 +229,8 @@ def register(dash: Dashboard) -> None:
                                    error_field=field)
         return see_other(url_for("link_detail", link_id=link.id, done="link-saved"))
 
-    @dash.page("/dashboard/links/<link_id>/delete", Action.LINKS_MANAGE, methods=("POST",))
+    @dash.page("/dashboard/links/<link_id>/delete", Action.LINKS_MANAGE, methods=("POST",),
+               once=True)
     async def delete_link(viewer: Viewer, link_id: str) -> ResponseReturnValue:
         link = owned(viewer, link_id)
         assert viewer.project is not None and viewer.org is not None

@@ -133,7 +133,8 @@ def register(dash: Dashboard) -> None:
         return f"{viewer.project.id if viewer.project else ''}:{viewer.mode.value}"
 
     def links_of(viewer: Viewer, events: list[LiveEvent]) -> dict[str, Link | None]:
-        assert viewer.project is not None
+        if viewer.project is None:  # an organization with no project yet: no events
+            return {}
         pid, shown = viewer.project.id, dash.services.links.shown
         return {e.link_id: shown(e.link_id, pid, viewer.mode) for e in events if e.link_id}
 

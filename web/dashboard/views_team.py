@@ -111,7 +111,7 @@ def register(dash: Dashboard) -> None:
         return await team_page(viewer, invited=NewInvite(email, role, link))
 
     @dash.page("/dashboard/settings/team/invites/<invite_id>/revoke", Action.TEAM_MANAGE,
-               methods=("POST",))
+               methods=("POST",), once=True)
     async def revoke_invite(viewer: Viewer, invite_id: str) -> ResponseReturnValue:
         assert viewer.org is not None
         try:
@@ -133,7 +133,7 @@ def register(dash: Dashboard) -> None:
         return see_other(url_for("team", done="role-changed"))
 
     @dash.page("/dashboard/settings/team/members/<user_id>/remove", Action.TEAM_MANAGE,
-               methods=("POST",))
+               methods=("POST",), once=True)
     async def remove_member(viewer: Viewer, user_id: str) -> ResponseReturnValue:
         assert viewer.org is not None and viewer.role is not None
         try:

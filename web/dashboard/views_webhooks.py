@@ -225,7 +225,7 @@ def register(dash: Dashboard) -> None:
               endpoint="enable_webhook")(switch(True))
 
     @dash.page(ONE + "/rotate", Action.WEBHOOKS_MANAGE, methods=("POST",),
-               endpoint="rotate_webhook_secret")
+               endpoint="rotate_webhook_secret", once=True)
     async def rotate_secret(viewer: Viewer, endpoint_id: str) -> ResponseReturnValue:
         endpoint = owned_endpoint(tables_of(dash), viewer, endpoint_id)
         if (await request.form).get("secret_check") != secret_check(endpoint):
@@ -252,7 +252,7 @@ def register(dash: Dashboard) -> None:
                                  confirm_value=CONFIRM_VALUE)
 
     @dash.page(ONE + "/delete", Action.WEBHOOKS_MANAGE, methods=("POST",),
-               endpoint="delete_webhook")
+               endpoint="delete_webhook", once=True)
     async def delete_webhook(viewer: Viewer, endpoint_id: str) -> ResponseReturnValue:
         endpoint = owned_endpoint(tables_of(dash), viewer, endpoint_id)
         if (await request.form).get(CONFIRM_FIELD) != CONFIRM_VALUE:
