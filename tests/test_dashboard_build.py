@@ -373,7 +373,7 @@ async def test_add_use_and_remove_a_custom_domain(app: App) -> None:
     async with app.client(host="go.example.com") as c:
         assert (await c.get("/promo")).status_code == 200          # the OG page: no apps set
     page = text((await m.get("/dashboard/build/domains")).text)
-    assert "Remove: 1 link stop working" in page
+    assert "Remove: 1 link stops working" in page
     r = await m.post("/dashboard/build/domains/go.example.com/remove")
     assert r.status_code == 303 and app.services.links.domains_of(app.project_id) == []
     assert (await m.post("/dashboard/build/domains/go.example.com/remove")).status_code == 404

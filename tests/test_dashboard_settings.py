@@ -301,3 +301,29 @@ async def test_live_events_of_an_organization_with_no_project_yet(app: App) -> N
         r = await m.get(path)
         assert r.status_code < 500, (path, r.status_code)
     await m.aclose()
+
+
+async def test_switching_mode_or_project_leaves_the_old_scope_s_pages(app: App) -> None:
+    """A switch went back to ``next`` as it was: the links list's second page
+    (its cursor, of the other mode: "invalid cursor"), or a link's own page
+    (404 in the other mode). And a page a POST rendered (a refused
+    invitation, a rotated secret) sent the switch, and the theme, to its
+    path with GET: 405."""
+    import html
+
+    m = await signed_in(app, owner(app))
+    cursor = "0" * 64
+    link = "0190e1a2-0000-7000-8000-000000000abc"
+    for next_, went in [(f"/dashboard/links?cursor={cursor}&q=sale", "/dashboard/links?q=sale"),
+                        (f"/dashboard/links/{link}/edit", "/dashboard/links"),
+                        (f"/dashboard/settings/webhooks/{link}", "/dashboard/settings/webhooks"),
+                        ("/dashboard/settings/team", "/dashboard/settings/team")]:
+        r = await m.post("/dashboard/mode", {"mode": "live", "next": next_})
+        assert (r.status_code, r.headers["location"]) == (303, went), next_
+        assert (await m.get(went)).status_code == 200, went
+    refused = await m.post("/dashboard/settings/team/invite",
+                           {"email": owner(app).email, "role": "developer"})
+    assert refused.status_code >= 400
+    here = {html.unescape(v) for v in re.findall(r'name="next" value="([^"]*)"', refused.text)}
+    assert here == {"/dashboard/settings/team"}
+    await m.aclose()

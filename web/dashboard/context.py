@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import pathlib
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
@@ -27,6 +28,7 @@ import attrs
 import trio
 from quart import Response, current_app, g, render_template, request
 from quart.typing import ResponseReturnValue
+from werkzeug.exceptions import HTTPException
 
 from storage import accounts
 from storage.lmdb_store import LmdbStore
@@ -429,9 +431,46 @@ def see_other(location: str) -> Response:
 
 
 def _here() -> str:
-    """This page's path and query, without a one-off ``done`` notice."""
+    """This page's path and query, without a one-off ``done`` notice. A
+    page a form's POST rendered (a refused invitation, a rotated secret)
+    has no GET at its path: the nearest page above it that has one (the
+    mode switch and the theme went back there: 405)."""
+    if request.method != "GET":
+        return page_to_get(request.path)
     query = urlencode([(k, v) for k, v in request.args.items(multi=True) if k != "done"])
     return f"{request.path}?{query}" if query else request.path
+
+
+def page_to_get(path: str) -> str:
+    """``path`` if a dashboard page answers GET there, else the nearest path
+    above it that one does (``HOME`` at worst)."""
+    adapter = current_app.url_map.bind("")
+    while path.startswith(HOME + "/"):
+        try:
+            adapter.match(path, method="GET")
+            return path
+        except HTTPException:
+            path = path.rsplit("/", 1)[0]
+    return HOME
+
+
+_ONE_OBJECT = re.compile(r"/[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}"
+                         r"-[0-9a-fA-F]{12}(?:/|$)")
+
+
+def next_in_other_scope(value: str | None) -> str:
+    """Where a switch of project or mode goes: ``next`` (``safe_next``) less
+    what names the old scope's things, which the new one has not: a page
+    of one object (a link, an endpoint, a delivery: its section's list) and
+    a list's ``cursor`` (the links list's second page was "invalid cursor")."""
+    path, _, query = safe_next(value).partition("?")
+    one = _ONE_OBJECT.search(path)
+    if one is not None:
+        path, query = path[:one.start()], ""
+    kept = "&".join(part for part in query.split("&")  # the rest as it was written
+                    if part and part.split("=", 1)[0] not in ("cursor", "done"))
+    path = page_to_get(path)
+    return f"{path}?{kept}" if kept else path
 
 
 def roles_text(allowed: list[Role]) -> str:

@@ -26,6 +26,7 @@ from web.dashboard.context import (
     THEMES,
     Dashboard,
     Viewer,
+    next_in_other_scope,
     safe_next,
     see_other,
 )
@@ -45,11 +46,11 @@ def register(dash: Dashboard) -> None:
             for p in ws.projects:
                 if p.id == project_id:
                     await dash.switch(viewer, org_id=ws.org.id, project_id=p.id)
-                    return see_other(safe_next(form.get("next")))
+                    return see_other(next_in_other_scope(form.get("next")))
             if ws.org.id == org_id:
                 first = ws.projects[0].id if ws.projects else None
                 await dash.switch(viewer, org_id=ws.org.id, project_id=first)
-                return see_other(safe_next(form.get("next")))
+                return see_other(next_in_other_scope(form.get("next")))
         raise NotFound("There is no such project in your organizations.")
 
     @dash.page("/dashboard/mode", Action.SESSION, methods=("POST",))
@@ -60,7 +61,7 @@ def register(dash: Dashboard) -> None:
         except ValueError:
             raise ValidationError("mode is test or live", field="mode") from None
         await dash.switch(viewer, mode=mode)
-        return see_other(safe_next(form.get("next")))
+        return see_other(next_in_other_scope(form.get("next")))
 
     @dash.public("/dashboard/theme", methods=("POST",))
     async def set_theme(viewer: Viewer | None) -> ResponseReturnValue:
