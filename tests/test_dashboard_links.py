@@ -623,6 +623,22 @@ def test_saving_an_edit_form_unchanged_keeps_a_tag_with_a_comma() -> None:
     assert update_body(edited, link)["tags"] == ["a", "b", "c", "d"]  # edited: as typed
 
 
+def test_saving_an_edit_form_unchanged_keeps_a_parameter_key_as_it_is() -> None:
+    """The API keeps " k " (spaces around it) apart from "k"; the form cut
+    them, so an unchanged Save renamed the parameter."""
+    now = 1_800_000_000_000
+    draft = parse_link_create({"path": "/p", "params": {" k ": "v"}}, allow_custom_slug=False,
+                              now_ms=now)
+    link = new_link(draft, link_id=str(uuid.uuid4()), project_id=str(uuid.uuid4()),
+                    mode=Mode.TEST, domain="d.test", slug="s", now_ms=now)
+    shown = from_link(link)
+    submitted = MultiDict([("path", "/p")] + [
+        pair for row in shown.params
+        for pair in (("param_key", row.key), ("param_type", row.type), ("param_value", row.value))])
+    body = update_body(from_form(submitted), link)
+    assert body.get("params", link.params) == {" k ": "v"}
+
+
 def test_a_number_too_long_to_convert_is_a_form_error() -> None:
     """int() converts at most 4,300 digits; past that the field is refused
     (it was a 500)."""
@@ -670,4 +686,15 @@ async def test_a_link_stored_with_an_expiry_past_year_9999_still_shows(app: App)
     async with app.client("sk_test") as c:
         assert (await c.get(f"/v1/links/{link_id}")).json()["expiresAt"] == (
             "9999-12-31T23:59:59.999Z")
+    await m.aclose()
+
+
+async def test_a_refused_new_link_focuses_the_field_in_error(app: App) -> None:
+    """The path field kept its autofocus beside the bad field's, and the
+    browser focused the first: the path."""
+    m = await signed_in(app, owner(app))
+    r = await m.post("/dashboard/links/new", {"path": "/p", "slug": "bad slug!"})
+    assert r.status_code == 400
+    focused = re.findall(r'<(?:input|select|textarea)[^>]*\bid="([^"]+)"[^>]*\bautofocus', r.text)
+    assert focused == ["f-slug"]
     await m.aclose()

@@ -327,3 +327,21 @@ async def test_switching_mode_or_project_leaves_the_old_scope_s_pages(app: App) 
     here = {html.unescape(v) for v in re.findall(r'name="next" value="([^"]*)"', refused.text)}
     assert here == {"/dashboard/settings/team"}
     await m.aclose()
+
+
+async def test_a_refused_invitation_keeps_the_role_chosen(app: App) -> None:
+    """It fell back to Developer: mending the e-mail and sending again
+    invited with more rights than chosen."""
+    m = await signed_in(app, owner(app))
+    refused = await m.post("/dashboard/settings/team/invite",
+                           {"email": owner(app).email, "role": "marketer"})
+    assert refused.status_code >= 400
+
+    def chosen(page: str) -> list[str]:
+        select = page[page.index('id="invite-role"'):]
+        return re.findall(r'<option value="(\w+)" selected>', select[:select.index("</select>")])
+
+    assert chosen(refused.text) == ["marketer"]
+    odd = await m.post("/dashboard/settings/team/invite", {"email": "x", "role": "boss"})
+    assert chosen(odd.text) == ["developer"]
+    await m.aclose()

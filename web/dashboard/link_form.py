@@ -109,8 +109,8 @@ def from_form(form: MultiDict[str, str]) -> LinkForm:
     for i, key in enumerate(keys[:MAX_PARAM_ROWS + EMPTY_PARAM_ROWS]):
         kind = types[i] if i < len(types) else "text"
         text = texts[i] if i < len(texts) else ""
-        if key.strip() or text.strip():
-            rows.append(ParamRow(key.strip(), kind, text))
+        if key.strip() or text.strip():  # a key as typed: the API keeps " k " apart from "k",
+            rows.append(ParamRow(key, kind, text))  # and an unchanged Save renamed it
     return LinkForm(values, tuple(rows))
 
 

@@ -73,17 +73,21 @@ def register(dash: Dashboard) -> None:
         return members, invites
 
     async def team_page(viewer: Viewer, *, status: int = 200, error: str | None = None,
-                        invited: NewInvite | None = None, form_email: str = "") -> Response:
+                        invited: NewInvite | None = None, form_email: str = "",
+                        form_role: str = "developer") -> Response:
         assert viewer.org is not None
         members, invites = rows(viewer)
         limit = QUOTAS[viewer.org.plan].members
         actor = viewer.role
         assert actor is not None
         grantable = [r for r in Role if r is not Role.OWNER or actor is Role.OWNER]
+        if form_role not in {r.value for r in grantable}:  # none selected: the first, owner
+            form_role = Role.DEVELOPER.value
         return await dash.render(
             "team.html", viewer, status=status, error=error, invited=invited,
             members=members, invites=invites, limit=limit, roles=list(Role),
             grantable=grantable, role_help=ROLE_HELP, form_email=form_email,
+            form_role=form_role,
             ttl_days=INVITE_TTL_MS // (24 * 3600 * 1000),
             full=limit is not None and len(members) + len(invites) >= limit)
 
@@ -105,8 +109,10 @@ def register(dash: Dashboard) -> None:
                                        viewer.user.id, dash.now_ms())
             await accounts.create_invite(dash.store, invite)
         except CallerError as e:
+            # the role as chosen: it fell back to Developer, and a second
+            # submit, the e-mail mended, invited with more rights than meant
             return await team_page(viewer, status=e.status, error=e.message,
-                                   form_email=raw_email)
+                                   form_email=raw_email, form_role=form.get("role", ""))
         link = f"{dash.dashboard_url()}/invite/{token}"
         return await team_page(viewer, invited=NewInvite(email, role, link))
 
