@@ -58,11 +58,16 @@ class NetworkKeys:
         its epoch; the tap then has no network hash)."""
         return self.key_of(epoch_of(now_ms))
 
-    def launch_keys(self, now_ms: int) -> tuple[bytes, ...]:
+    def launch_keys(self, now_ms: int, since_ms: int | None = None) -> tuple[bytes, ...]:
         """The keys a launch at ``now_ms`` looks its taps up with: its
-        epoch's, then the one before's, those held."""
+        epoch's, then the one before's, those held. With ``since_ms``, the
+        start of its window: the one before's only when the window reaches
+        into that epoch (a 2-hour window does in the first 2 of the 7 hours)."""
         epoch = epoch_of(now_ms)
-        return tuple(k for k in (self.key_of(epoch), self.key_of(epoch - 1)) if k is not None)
+        current = self.key_of(epoch)
+        if since_ms is not None and epoch_of(since_ms) >= epoch:
+            return (current,) if current is not None else ()
+        return tuple(k for k in (current, self.key_of(epoch - 1)) if k is not None)
 
     def rotated(self, now_ms: int, fresh: Callable[[int], bytes]) -> NetworkKeys:
         """The keys to hold from ``now_ms``: the epoch before, the current and

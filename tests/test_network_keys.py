@@ -75,6 +75,10 @@ def test_a_rotation_holds_the_epoch_before_the_current_and_the_next() -> None:
     assert [e for e, _ in later.keys] == [100, 101, 102]
     assert later.tap_key(now + EPOCH_MS) == made[1]  # made one epoch ahead
     assert later.launch_keys(now + EPOCH_MS) == (made[1], made[0])
+    # a window that starts inside the launch's epoch needs its key alone
+    at = 101 * EPOCH_MS + 3 * HOUR_MS
+    assert later.launch_keys(at, since_ms=at - 2 * HOUR_MS) == (made[1],)
+    assert later.launch_keys(at, since_ms=at - 4 * HOUR_MS) == (made[1], made[0])
     dropped = later.rotated(now + 2 * EPOCH_MS, fresh)  # type: ignore[arg-type]
     assert [e for e, _ in dropped.keys] == [101, 102, 103]
     assert made[0] not in dropped.encode()
@@ -99,6 +103,7 @@ def test_every_tap_a_launch_may_match_is_under_one_of_the_launch_s_keys(
     for at in times:
         keys = keys.rotated(at, fresh)  # type: ignore[arg-type]
     assert tap_key is not None and tap_key in keys.launch_keys(launch_ms)
+    assert tap_key in keys.launch_keys(launch_ms, since_ms=tap_ms)  # the tightest window
 
 
 def test_the_encoding_round_trips_and_refuses_what_it_did_not_write() -> None:

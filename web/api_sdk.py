@@ -97,8 +97,17 @@ def register(api: Api) -> None:
         report = parse_init(await req.json(api.max_body))
         now = services.clock.now_ms()
         launch = LaunchFacts.from_init(report, mode=ctx.mode, country=facts.country(req))
-        nets = (facts.network_hashes(req) if report.platform == "ios"
-                and report.is_first_launch else ())
+        # hashed once the settings are known: only with probabilisticIpMatching,
+        # and under the previous epoch's key only when the window reaches it
+        ip = (facts.client_ip(req) if report.platform == "ios" and report.is_first_launch
+              else None)
+
+        def nets(settings: DeferredSettings) -> tuple[bytes, ...]:
+            if ip is None or not settings.probabilistic_ip_matching:
+                return ()
+            return facts.network_hashes(
+                ip, since_ms=now - settings.probabilistic_window_minutes * 60_000)
+
         install = Install(install_id=report.install_id, project_id=ctx.project.id,
                           mode=ctx.mode, platform=report.platform, created_at_ms=now,
                           first_idem_key=req.header("idempotency-key"))
@@ -110,7 +119,7 @@ def register(api: Api) -> None:
                                            .first_launch_op(
                 project_id=ctx.project.id, mode=ctx.mode, install=install,
                 is_first_launch=report.is_first_launch, launch=launch, settings=settings,
-                net_hashes=nets, now_ms=now, event_id=event_id, idem=idem))
+                net_hashes=nets(settings), now_ms=now, event_id=event_id, idem=idem))
             return slot.respond(result, answer_launch)
 
         # The SDK retries a failed first launch report on the next launch with

@@ -72,9 +72,10 @@ class NetworkKeyring:
         key = self.keys.tap_key(self._clock.now_ms())
         return net_hash(key, ip) if key is not None else None
 
-    def launch_hashes(self, ip: str) -> tuple[bytes, ...]:
-        """A launch's network hashes: under its epoch's key and the one before's."""
-        return net_hashes(self.keys.launch_keys(self._clock.now_ms()), ip)
+    def launch_hashes(self, ip: str, since_ms: int | None = None) -> tuple[bytes, ...]:
+        """A launch's network hashes: under its epoch's key and the one
+        before's (only when its window, from ``since_ms``, reaches into it)."""
+        return net_hashes(self.keys.launch_keys(self._clock.now_ms(), since_ms), ip)
 
     def rotate_now(self) -> bytes:
         """Hold the keys of now; what the file should hold is returned."""
