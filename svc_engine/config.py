@@ -105,7 +105,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("body_timeout_s", "SVC_BODY_TIMEOUT", 30, int,
             "seconds a request body may take to arrive (slower: 408)"),
     Setting("rate_limit_per_client", "SVC_RATE_LIMIT_PER_CLIENT", 300, int,
-            "API requests per second per client address (in memory only; burst 2x); 0 disables"),
+            "API requests per second per client address, an IPv6 client by its /64 "
+            "(in memory only; burst 2x); 0 disables"),
     Setting("rate_limit_per_key", "SVC_RATE_LIMIT_PER_KEY", 100, int,
             "sustained requests per second per secret API key (burst: 2x); 0 disables "
             "(publishable keys, shared by every install of an app, are limited per "

@@ -72,7 +72,20 @@ async def test_sign_in_page_sign_in_and_sign_out(app: App) -> None:
         assert again.headers["location"] == "/dashboard?next=/dashboard/settings/team"
 
 
-async def test_wrong_password_and_unknown_email_look_the_same(app: App) -> None:
+async def test_wrong_password_and_unknown_email_look_the_same(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same answer, and the same work: an unknown e-mail's password is
+    checked too (against a stand-in hash), so it takes as long."""
+    from web import tenancy
+
+    checked: list[str] = []
+    real = tenancy.verify_password
+
+    def counting(stored: str, password: str) -> bool:
+        checked.append(password)
+        return real(stored, password)
+
+    monkeypatch.setattr(tenancy, "verify_password", counting)
     async with browser(app) as c:
         token = csrf_of((await c.get("/dashboard")).text)
         a = await c.post("/dashboard/sign-in", data={"csrf": token, "email": OWNER_EMAIL,
@@ -82,6 +95,7 @@ async def test_wrong_password_and_unknown_email_look_the_same(app: App) -> None:
         assert a.status_code == b.status_code == 400
         assert "don&#39;t match an account" in a.text and "don&#39;t match an account" in b.text
         assert "svc_session" not in c.cookies
+    assert checked == ["wrong-password", "wrong-password"]
 
 
 async def test_redirect_targets_stay_inside_the_dashboard(app: App) -> None:

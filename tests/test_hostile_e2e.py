@@ -228,6 +228,8 @@ def test_https_with_trustme_and_hsts_on_the_dashboard(server_factory: type[Serve
         assert c.get("/healthz").status_code == 200
         dash = c.get("/dashboard", follow_redirects=False)
         assert dash.headers.get("strict-transport-security", "").startswith("max-age=")
+        cookies = dash.headers.get_list("set-cookie")  # SECURITY.md: Secure over HTTPS
+        assert cookies and all("; Secure" in v and "HttpOnly" in v for v in cookies), cookies
     with pytest.raises(httpx.ConnectError), httpx.Client(base_url=srv.url) as c:
         c.get("/healthz")  # an untrusted certificate is refused by a default client
 

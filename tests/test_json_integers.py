@@ -152,8 +152,8 @@ def test_events_refuse_an_integer_past_64_bits_and_keep_the_others(server: Serve
 def test_events_check_only_the_properties_they_keep(server: ServerProcess) -> None:
     """The batch reads its body again only when the kept properties, encoded,
     hold a ``+`` (web/api_events.py ``validated``): a float of an exponent or a
-    ``+`` in a text is kept as sent, a long integer beside an event refused for
-    another rule still refuses the batch, and one in a field the batch ignores
+    ``+`` in a text is kept as sent, a long integer refuses its own event only,
+    and one in a field the batch ignores
     (not stored) refuses nothing."""
     install = new_install()
     with server.client("pk_test", **SDK) as c:
@@ -166,10 +166,17 @@ def test_events_check_only_the_properties_they_keep(server: ServerProcess) -> No
     def batch(*events: str, extra: str = "") -> str:
         return f'{{"installId": "{install}", "events": [{", ".join(events)}]{extra}}}'
 
-    # an event refused for its name: the reference check runs, the other is kept
-    refused(send(server, "pk_test", "POST", "/v1/sdk/events",
-                 batch(event("{}", name='""'), event(f'{{"n": [1, {BIG}]}}'))),
-            "events[1].properties.n[1]")
+    # an event refused for its name: the reference check runs; the other is
+    # refused for its integer, alone, and with no event left the batch is 400
+    # on the first refused
+    both = send(server, "pk_test", "POST", "/v1/sdk/events",
+                batch(event("{}", name='""'), event(f'{{"n": [1, {BIG}]}}')))
+    assert both.status_code == 400 and both.json()["error"]["field"] == "events[0].name"
+    alone = send(server, "pk_test", "POST", "/v1/sdk/events",
+                 batch(event('{"k": 2}'), event(f'{{"n": [1, {BIG}]}}')))
+    assert alone.status_code == 200, alone.text
+    assert alone.json()["accepted"] == 1
+    assert [r["field"] for r in alone.json()["rejected"]] == ["events[1].properties.n[1]"]
     plus = send(server, "pk_test", "POST", "/v1/sdk/events",
                 batch(event('{"f": 1e20, "phone": "+44 20 7946 0000"}'),
                       event('{"g": 1.5E+300}')))
@@ -182,7 +189,7 @@ def test_events_check_only_the_properties_they_keep(server: ServerProcess) -> No
     properties = sorted(orjson.dumps(orjson.loads(line)["properties"]).decode()
                         for line in exported.splitlines())
     assert properties == ['{"f":1e+20,"phone":"+44 20 7946 0000"}', '{"g":1.5e+300}',
-                          '{"k":1}'], properties
+                          '{"k":1}', '{"k":2}'], properties
     assert BIG not in exported and "e+29" not in exported
 
 
