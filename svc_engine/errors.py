@@ -185,6 +185,14 @@ class HeadersTooLarge(CallerError):
     code = "headers_too_large"
 
 
+class CodingNotImplemented(CallerError):
+    """A request body in a transfer coding other than chunked (gzip, say):
+    RFC 9112 6.1 asks for 501 (web/connection.py); before any route."""
+
+    status = 501
+    code = "not_implemented"
+
+
 class UnsupportedMediaType(CallerError):
     status = 415
     code = "unsupported_media_type"

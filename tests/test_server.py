@@ -336,6 +336,11 @@ async def test_application_failure_after_the_answer_started_cuts_the_connection(
     (b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\n"
      b"transfer-encoding:\r\n chunked\r\n\r\n0\r\n\r\n", 400, b"bad_request"),  # folded
     (b"GET * HTTP/1.1\r\nhost: t\r\n\r\n", 400, b"bad_request"),  # "*" is OPTIONS' only
+    # a coding other than chunked: 501 (RFC 9112 6.1), as h11 hints
+    (b"POST /echo HTTP/1.1\r\nhost: t\r\ntransfer-encoding: gzip, chunked\r\n\r\n"
+     b"0\r\n\r\n", 501, b"not_implemented"),
+    (b"POST /echo HTTP/1.1\r\nhost: t\r\ntransfer-encoding: gzip\r\n\r\n", 501,
+     b"not_implemented"),
     (b"GET http://u@t/ HTTP/1.1\r\nhost: t\r\n\r\n", 400, b"bad_request"),
 ])
 async def test_malformed_requests_get_a_4xx_and_a_close(served: Any, raw: bytes,

@@ -76,7 +76,7 @@ import h11
 import orjson
 import trio
 
-from svc_engine.errors import HeadersTooLarge, PayloadTooLarge
+from svc_engine.errors import CodingNotImplemented, HeadersTooLarge, PayloadTooLarge
 from web.http import CLIENT_GONE
 from web.logs import loggable
 from web.request_head import BODY_EXTENSION, Head, head_end, parse_head
@@ -327,6 +327,9 @@ class Connection:
         if error.error_status_hint == 431:
             answer = refusal(HeadersTooLarge.status, HeadersTooLarge.code,
                              "the request line and headers are too large")
+        elif error.error_status_hint == CodingNotImplemented.status:  # h11's own hint
+            answer = refusal(CodingNotImplemented.status, CodingNotImplemented.code,
+                             "a request body's only transfer coding here is chunked")
         else:
             answer = refusal(400, "bad_request", "malformed HTTP request")
         await refuse(self.stream, answer)
