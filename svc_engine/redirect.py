@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import enum
 from typing import Literal, Protocol
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import attrs
 
@@ -259,6 +259,10 @@ def landing_open_url(scheme: str | None, short_url: str, path: str = "") -> str:
     where, asks, query = path[1:].partition("?")
     host, slash, rest = where.partition("/")
     url = f"{scheme}://{quote(host, safe=_HOST_SAFE)}{slash}{quote(rest, safe=_PATH_SAFE)}"
+    # An svc_link of the path's own would come first and be the one resolve
+    # takes (another link's: its attribution, its screen): the link's alone.
+    query = "&".join(part for part in query.split("&")
+                     if unquote(part.partition("=")[0]) != "svc_link")
     if asks and query:
         return f"{url}?{quote(query, safe=_QUERY_SAFE)}&{svc_link}"
     return f"{url}?{svc_link}"

@@ -449,6 +449,20 @@ async def test_links_under_a_public_url_with_a_path_resolve(store: LmdbStore,
             for other in (f"http://svc.test/{ln['slug']}", f"http://svc.test/go/x/{ln['slug']}",
                           f"http://svc.test/gone/{ln['slug']}", "http://svc.test/go/"):
                 assert await resolve(other) == 404, other
+        # the association file claims /go's links only (it claimed the whole
+        # site), and the dashboard links it at the domain's root, where Apple
+        # and Google fetch it (it showed /go/.well-known/...)
+        async with app.client() as c:
+            aasa = (await c.get("/.well-known/apple-app-site-association")).json()
+        [detail] = aasa["applinks"]["details"]
+        assert detail["components"][0]["/"] == "/go"
+        assert detail["components"][-1]["/"] == "/go/*"
+        from tests.dashboard_support import owner, signed_in
+        m = await signed_in(app, owner(app))
+        page = (await m.get("/dashboard/build/platforms")).text
+        await m.aclose()
+        assert "http://svc.test/.well-known/apple-app-site-association" in page
+        assert 'href="http://svc.test/go/.well-known' not in page
 
 
 async def test_handoff_created_by_server_claimed_by_app(app: App) -> None:

@@ -17,6 +17,7 @@ import fnmatch
 import json
 import re
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -212,6 +213,30 @@ def test_aasa_document_shape() -> None:
 def test_aasa_opens_the_app_for_links_only(path: str, opens_app: bool) -> None:
     [detail] = apple_app_site_association(full())["applinks"]["details"]  # type: ignore[index]
     assert apple_matches(detail["components"], path) is opens_app
+
+
+@pytest.mark.parametrize(("path", "opens_app"), [
+    ("/go/abc123XYZ", True), ("/go/summer-sale", True), ("/go", False), ("/go/", False),
+    ("/GO/x", False), ("/go/v1", False), ("/go/Dashboard/x", False), ("/pricing", False),
+    ("/", False), ("/abc123XYZ", False), ("/gone/abc", False),
+])
+def test_aasa_under_a_public_url_path_opens_only_its_links(path: str, opens_app: bool) -> None:
+    """``SVC_PUBLIC_URL=https://example.com/go``: links are /go/SLUG; the
+    file claimed every path of the domain (the operator's whole site opened
+    the apps)."""
+    [detail] = apple_app_site_association(full(), base_path="/go")["applinks"]["details"]  # type: ignore[index]
+    assert apple_matches(detail["components"], path) is opens_app
+
+
+def test_aasa_of_many_apps_is_one_entry_well_under_apple_s_limit() -> None:
+    """An entry an app repeated the same components: past 128 KB (Apple's
+    limit, past which iOS drops the whole file) at about 47 apps."""
+    every = [attrs.evolve(full(), ios=attrs.evolve(full().ios, bundle_id=f"com.example.a{i}"))
+             for i in range(500)] + [full(), Platforms()]
+    doc = apple_app_site_association(every)
+    [detail] = doc["applinks"]["details"]  # type: ignore[index]
+    assert len(detail["appIDs"]) == 501 and len(set(detail["appIDs"])) == 501
+    assert len(json.dumps(doc)) < 128 * 1024 // 4
 
 
 @pytest.mark.parametrize("ios", [IosPlatform(), IosPlatform(team_id="ABCDE12345"),

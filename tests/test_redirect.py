@@ -346,6 +346,15 @@ def test_landing_open_url() -> None:
     assert landing_open_url("exampleapp", short, "/a b?c#d").startswith(
         "exampleapp://a%20b?c%23d&svc_link=")
     assert landing_open_url("exampleapp", short, "/") == url
+    # an svc_link in the link's own path (another link's) was the first, the
+    # one resolve took: only the link's own is carried
+    other = "https://go.example.com/other9"
+    for path in (f"/share?svc_link={other}", f"/share?a=1&svc%5Flink={other}&b=2"):
+        opened = landing_open_url("exampleapp", short, path)
+        assert opened.count("svc_link") == 1 and "svc%5Flink" not in opened, opened
+        assert unquote(opened.split("svc_link=", 1)[1]) == short
+    assert landing_open_url("exampleapp", short, "/share?svc_link_x=1").startswith(
+        "exampleapp://share?svc_link_x=1&svc_link=")
 
 
 @pytest.mark.parametrize("path", [

@@ -7,6 +7,8 @@ project's apps (its links belong to all projects)."""
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from svc_engine.errors import NotFound
 from svc_engine.platforms import Platforms, apple_app_site_association, assetlinks
 from web.http import Request, Response, json_response
@@ -21,25 +23,23 @@ class WellKnown:
     def __init__(self, services: Services) -> None:
         self.services = services
 
-    def _platforms(self, host: str | None) -> list[Platforms]:
+    def _platforms(self, host: str | None) -> tuple[list[Platforms], str]:
+        """The platforms the host's file lists, and the path its links are
+        under (a custom domain's at its root; the default domain's under the
+        public URL's path)."""
         s = self.services
         owner = s.links.domain_owner(bare_host(host)) if host else None
         if owner is not None:
-            return [s.links.platforms(owner)]
+            return [s.links.platforms(owner)], ""
         projects = [p for org in s.store.all_orgs() for p in s.store.list_projects(org.id)]
-        return [s.links.platforms(p.id) for p in projects]
+        return [s.links.platforms(p.id) for p in projects], urlsplit(s.config.base_url).path
 
     async def handle(self, req: Request) -> Response:
         if req.method not in ("GET", "HEAD"):
             raise NotFound("no such file")
-        every = self._platforms(req.header("host"))
+        every, base_path = self._platforms(req.header("host"))
         if req.path == AASA:
-            details: list[object] = []
-            for p in every:
-                applinks = apple_app_site_association(p)["applinks"]
-                assert isinstance(applinks, dict)
-                details.extend(applinks["details"])
-            body: object = {"applinks": {"details": details}}
+            body: object = apple_app_site_association(every, base_path=base_path)
         elif req.path == ASSETLINKS:
             body = [stmt for p in every for stmt in assetlinks(p)]
         else:

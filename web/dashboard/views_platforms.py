@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from quart import Response, request, url_for
 from quart.typing import ResponseReturnValue
@@ -72,7 +73,8 @@ def register(dash: Dashboard) -> None:
         shown = {**form_values(current),
                  HOSTS: "\n".join(rules.sdk_allowed_hosts) if rules else "",
                  **(values or {})}
-        domains = [dash.services.config.base_url.rstrip("/")]
+        base = urlsplit(dash.services.config.base_url)  # the files are at the domain's root
+        domains = [f"{base.scheme}://{base.netloc}"]
         if viewer.project is not None:
             domains += [f"https://{d}" for d in links.domains_of(viewer.project.id)]
         summary = error
@@ -82,7 +84,8 @@ def register(dash: Dashboard) -> None:
             "platforms.html", viewer, status=status, error=summary, error_field=error_field,
             field_message=error,
             values=shown, current=current,
-            aasa=pretty(apple_app_site_association(current)), assetlinks=pretty(
+            aasa=pretty(apple_app_site_association(current, base_path=base.path)),
+            assetlinks=pretty(
                 assetlinks(current)), hosts=domains, aasa_path=AASA,
             assetlinks_path=ASSETLINKS)
 
