@@ -320,7 +320,7 @@ class ClickWindow:
         a tap there, and no launch can match it (a window ends at its
         launch), while its hash would wait for the clock to catch up, hours
         past its 7."""
-        latest = max(now_ms, latest_ms if latest_ms is not None else now_ms)
+        latest = now_ms if latest_ms is None else max(now_ms, latest_ms)
         cutoff = layout.ms(max(0, now_ms - KEEP_MS))
         ahead = layout.ms(max(0, latest + AHEAD_MS))
         due: list[tuple[bytes, bytes]] = []

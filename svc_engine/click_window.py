@@ -167,21 +167,25 @@ def net_hash(secret: bytes, ip: str) -> bytes | None:
 
     An IPv4-mapped IPv6 address counts as IPv4. None when ``ip`` is not an
     address (the network step is then skipped, it is not an error)."""
-    material = _network(ip.strip())
-    return None if material is None else hmac.new(secret, material, hashlib.sha256).digest()
+    hashes = net_hashes((secret,), ip)
+    return hashes[0] if hashes else None
 
 
 def net_hashes(keys: Sequence[bytes], ip: str) -> tuple[bytes, ...]:
     """:func:`net_hash` of ``ip`` under each of ``keys`` (a launch's: its
     epoch's key and the one before's, svc_engine/network_keys.py); empty
     when ``ip`` is not an address."""
-    material = _network(ip.strip())
+    material = network_of(ip.strip())
     if material is None:
         return ()
     return tuple(hmac.new(key, material, hashlib.sha256).digest() for key in keys)
 
 
-def _network(text: str) -> bytes | None:
+def network_of(text: str) -> bytes | None:
+    """The network an address is of, as bytes: ``v4:`` and the IPv4 address
+    (an IPv4-mapped IPv6 one too), or ``v6/64:`` and an IPv6 address's /64;
+    None when ``text`` is not an address. What the network hash hashes and
+    the per-client limits count by (svc_engine/ratelimit.py ``client_key``)."""
     quad = _IPV4.fullmatch(text)  # the usual case, parsed in C (ipaddress takes ~2 µs more)
     if quad is not None:
         return b"v4:" + bytes(map(int, quad.groups()))

@@ -225,7 +225,8 @@ def canonical_public_url(url: str) -> str:
     or ``go.example.com.``, it matched none of them, and a project could
     claim it as a custom domain (``xn--bcher-kva.example``) and serve its
     own links and association files on the service's own domain.
-    ValidationError when the host is not a valid name."""
+    ValidationError when a Unicode host is not a valid internationalized
+    name, or no host is left (an ASCII one is taken as written)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if not host.startswith("[") and ":" not in host:  # not an IPv6 literal

@@ -7,10 +7,11 @@ token is back (the ``Retry-After`` of a 429).
 
 from __future__ import annotations
 
-import ipaddress
 import math
 
 import attrs
+
+from svc_engine.click_window import network_of
 
 
 @attrs.frozen
@@ -37,18 +38,18 @@ def take(bucket: Bucket | None, *, rate: float, burst: float, now_ms: int) -> Ve
     return Verdict(False, Bucket(tokens, now_ms), max(1, math.ceil(wait)))
 
 
-def client_key(address: str) -> str:
-    """What a per-client limit counts by: an IPv4 address whole, an IPv6
-    one by its /64 (the one subnet a home or a phone is given: any address
-    in it is that client's, and counted one by one a fresh address a
-    request passed every per-client limit); an IPv4-mapped IPv6 address as
-    its IPv4 one. Text that is not an address is counted as it is."""
+def client_key(address: str) -> bytes:
+    """What a per-client limit counts by: an IPv4 address whole (as written:
+    the usual case, no parsing), an IPv6 one by its /64 (the one subnet a
+    home or a phone is given: counted address by address, a fresh one a
+    request passed every per-client limit), the network hash's rule
+    (``network_of``); an IPv4-mapped IPv6 address as its IPv4 one. Text
+    that is not an address is counted as it is."""
     if ":" not in address:
-        return address
-    try:
-        addr = ipaddress.IPv6Address(address.strip("[]"))
-    except ValueError:
-        return address
-    if addr.ipv4_mapped is not None:
-        return str(addr.ipv4_mapped)
-    return str(ipaddress.IPv6Network((int(addr) >> 64 << 64, 64)))
+        return address.encode()
+    network = network_of(address)
+    if network is None:
+        return address.encode()
+    if network.startswith(b"v4:"):  # IPv4-mapped: the IPv4 client, as written above
+        return ".".join(map(str, network[3:])).encode()
+    return network

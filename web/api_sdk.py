@@ -105,7 +105,7 @@ def register(api: Api) -> None:
         def nets(settings: DeferredSettings) -> tuple[bytes, ...]:
             if ip is None or not settings.probabilistic_ip_matching:
                 return ()
-            return facts.network_hashes(
+            return services.network_keys.launch_hashes(
                 ip, since_ms=now - settings.probabilistic_window_minutes * 60_000)
 
         install = Install(install_id=report.install_id, project_id=ctx.project.id,

@@ -62,12 +62,6 @@ class ClientFacts:
                     return clean_country(iso if isinstance(iso, str) else None)
         return None
 
-    def network_hashes(self, ip: str | None, since_ms: int | None = None
-                       ) -> tuple[bytes, ...]:
-        """A first launch's network hashes (one a key its taps since
-        ``since_ms`` may carry), of its address ``client_ip``."""
-        return self._keys.launch_hashes(ip, since_ms) if ip else ()
-
     def tap_network_hash(self, req: Request) -> bytes | None:
         ip = self.client_ip(req)
         return self._keys.tap_hash(ip) if ip else None

@@ -178,8 +178,7 @@ class Front:
             if req.path.startswith("/v1/") or req.path == "/v1":
                 who = self.client_ip(req)
                 if who is not None:
-                    self.client_limiter.check(client_key(who).encode(),
-                                              self.services.clock.now_ms())
+                    self.client_limiter.check(client_key(who), self.services.clock.now_ms())
                 return await self.api.handle(req)
             if req.path == "/healthz":
                 _only_get(req)

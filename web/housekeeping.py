@@ -37,6 +37,7 @@ ahead (the wall clock went back) runs within ``WATCH_S`` of trio's clock
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -112,7 +113,7 @@ class Housekeeper:
                 if d.due_ms - now > self.jobs[kind][0]:
                     log.warning("%s was planned %d s ahead, more than its period: the wall "
                                 "clock went back; it runs now", kind, (d.due_ms - now) // 1000)
-                    self.mailbox.call_nowait(lambda d=d: self._run_job(d))  # type: ignore[misc]
+                    self.mailbox.call_nowait(functools.partial(self._run_job, d))
 
     def _on_deadline(self, d: Deadline) -> None:
         self.mailbox.call_nowait(lambda: self._run_job(d))

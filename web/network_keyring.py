@@ -13,7 +13,8 @@ taps were hashed with the server's secret) starts with the server's secret
 as the key of the epoch before the current one, so launches until the
 current epoch ends still match the taps made before (a launch of the next
 epoch looks under that epoch's key and the current one's only); it leaves
-memory and the file at the next rotation but one, like any key.
+memory and the file at the next rotation, as the key of an epoch before
+the previous one.
 
 Rotations follow the wall clock: the loop looks every ``CHECK_S`` of trio's
 clock whether the wall time's epoch changed, so a wall clock stepped
@@ -57,8 +58,9 @@ class NetworkKeyring:
         try:
             with open(path, "rb") as f:
                 held = NetworkKeys.decode(f.read(4096))
-        except FileNotFoundError:
-            held = NetworkKeys(((epoch_of(now) - 1, _sized(legacy_key)),))
+        except FileNotFoundError:  # (the server's secret is 32 bytes, as a key is)
+            held = (NetworkKeys(((epoch_of(now) - 1, legacy_key),))
+                    if len(legacy_key) == KEY_BYTES else NetworkKeys())
         except (OSError, ValueError) as e:
             log.warning("%s is unreadable (%s): new network keys; iPhone taps of the last "
                         "hours will not match by network", path, e)
@@ -106,13 +108,6 @@ class NetworkKeyring:
             # then see written as soon as the rotation is due.
             self.save(self.rotate_now())
             rotated = epoch_of(self._clock.now_ms())
-
-
-def _sized(key: bytes) -> bytes:
-    """The server's secret as a network key (it is 32 bytes; any other
-    length is stretched or cut the way HMAC would use it: hashed when
-    longer than SHA-256's block, else as is)."""
-    return key if len(key) == KEY_BYTES else key.ljust(KEY_BYTES, b"\0")[:KEY_BYTES]
 
 
 def _write(path: str, data: bytes) -> None:

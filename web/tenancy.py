@@ -225,10 +225,8 @@ async def bootstrap(store: LmdbStore, public_url: str, random: Random,
     def first_time(txn: lmdb.Transaction) -> bool:
         if txn.get(b"bootstrap", db=meta) is not None:
             return False  # another process bootstrapped meanwhile: report theirs
-        store.create_org_op(org)(txn)
-        store.create_user_op(user)(txn)
-        store.set_member_op(member)(txn)
-        in_one(ops)(txn)
+        in_one([store.create_org_op(org), store.create_user_op(user),
+                store.set_member_op(member), *ops])(txn)
         txn.put(b"bootstrap", record, db=meta)
         return True
 

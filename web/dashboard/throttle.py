@@ -36,8 +36,8 @@ class SignInThrottle:
         self._clients: OrderedDict[bytes, Failures] = OrderedDict()
 
     def _client(self, address: str | None) -> bytes:
-        client = client_key(address) if address else "-"
-        return hmac.new(self._secret, f"signin-client:{client}".encode(),
+        client = client_key(address) if address else b"-"
+        return hmac.new(self._secret, b"signin-client:" + client,
                         hashlib.sha256).digest()[:16]
 
     def retry_after(self, email: str, address: str | None, now_ms: int) -> int:
