@@ -31,6 +31,20 @@ store's own ordering does the rest: whatever was scheduled before that point
 is committed when the refill reads. Deadlines scheduled past the old horizon
 while a refill waits are kept aside and held if the new horizon covers them;
 later ones are found by the next refill, which settles first.
+
+Deadlines are wall times, and the wall clock can step: NTP correcting a clock
+that ran ahead, a VM restored from a snapshot. A deadline never waits longer
+than it was planned to, whichever way the clock steps. The timer notes wall
+time minus trio time (the clock's *frame*) whenever it looks at the clock,
+which it does at least every ``WATCH_S`` while it holds deadlines. When the
+frame moves back by more than ``STEP_MS`` (the wall clock went back), every
+deadline it holds keeps its moment on trio's clock: a webhook retry planned
+"in one minute" still goes a minute later, not a minute plus the step. A step
+forward moves nothing: what it made due fires within ``WATCH_S``, early
+rather than late. Deadlines read from the store after a step (at a restart,
+a refill) carry the old frame's times; for those, a kind registered with
+``longest_ms`` (the furthest ahead of now it is ever planned) fires one
+found further ahead at once.
 """
 
 from __future__ import annotations
@@ -54,6 +68,11 @@ RETRY_MS = 1000
 CAPACITY = 20_000
 """Deadlines held in memory: ~370 bytes each with a delivery id as ``ref``
 (~7 MB). A shrink sorts ~1.5 times this many (~25 ms on this kind of machine)."""
+STEP_MS = 1_000
+WATCH_S = 60
+"""While it holds deadlines the timer looks at the wall clock at least this often."""
+"""A move of the clock's frame (wall minus trio time) larger than this is a
+step of the wall clock; smaller ones (NTP slewing) are followed as they come."""
 REFILL_CHUNK = 1_000
 """Deadlines read from the store per refill step (~3 ms), between which the
 timer fires what is due."""
@@ -73,6 +92,7 @@ class TimerStats:
     retried: int = 0
     refills: int = 0
     shrinks: int = 0
+    steps_back: int = 0  # wall clock steps back the held deadlines followed
     horizon_ms: int | None = None  # later deadlines wait in the store only
 
 
@@ -86,6 +106,8 @@ class TimerActor:
         self._clock = clock
         self._capacity = capacity
         self._handlers: dict[str, Handler] = {}
+        self._longest: dict[str, int] = {}  # kind -> furthest ahead it is planned
+        self._frame_ms: int | None = None  # wall minus trio ms, the held deadlines' frame
         self._settles: list[Settle] = []
         # (fire at ms, sequence, deadline): a retried deadline keeps its identity
         # (the handler removes the persisted record by it) but fires later.
@@ -97,12 +119,18 @@ class TimerActor:
         self._wake = trio.Event()
         self._stats = TimerStats()
 
-    def register(self, kind: str, handler: Handler, *, settle: Settle | None = None) -> None:
+    def register(self, kind: str, handler: Handler, *, settle: Settle | None = None,
+                 longest_ms: int | None = None) -> None:
         """``handler`` fires deadlines of ``kind``. ``settle``: for a caller
         whose deadline writes may be held back (not yet handed to the store's
         writer) when it schedules them; it must hand over what it holds and
-        wait for its commit."""
+        wait for its commit. ``longest_ms``: the furthest ahead of now a
+        deadline of ``kind`` is ever planned; one found further ahead was
+        planned before the wall clock went back, and fires at once (the
+        module's docstring)."""
         self._handlers[kind] = handler
+        if longest_ms is not None:
+            self._longest[kind] = longest_ms
         if settle is not None:
             self._settles.append(settle)
 
@@ -113,6 +141,7 @@ class TimerActor:
 
     def schedule_nowait(self, deadline: Deadline) -> None:
         """Add a deadline that is already persisted. Never blocks."""
+        self._follow_clock()  # the caller planned it in the frame of now
         if deadline in self._known:
             return
         if self._horizon is not None and deadline > self._horizon:
@@ -122,6 +151,9 @@ class TimerActor:
         self._push(deadline.due_ms, deadline)
 
     def _push(self, fire_at_ms: int, deadline: Deadline) -> None:
+        longest = self._longest.get(deadline.kind)
+        if longest is not None and fire_at_ms - self._clock.now_ms() > longest:
+            fire_at_ms = self._clock.now_ms()  # planned before a step back: at once
         self._known.add(deadline)
         self._seq += 1
         heapq.heappush(self._heap, (fire_at_ms, self._seq, deadline))
@@ -144,17 +176,32 @@ class TimerActor:
                 self._shrink()
             if self._horizon is not None and len(self._heap) <= self._capacity // 2:
                 await self._refill()
+            self._follow_clock()
             self._wake = trio.Event()
             if not self._heap:
                 await self._wake.wait()
                 continue
             due = self._heap[0][0]
-            if due > self._clock.now_ms():
-                with trio.move_on_at(self._clock.trio_time_for(due)):
+            if due > self._clock.now_ms():  # looks at the clock a minute later at most
+                with trio.move_on_at(min(self._clock.trio_time_for(due),
+                                         trio.current_time() + WATCH_S)):
                     await self._wake.wait()
-                    continue
+                continue
             self._fire_due()
             await trio.lowlevel.checkpoint()
+
+    def _follow_clock(self) -> None:
+        """Note the clock's frame; if the wall clock went back since it was
+        last noted, move every held deadline back with it (module docstring)."""
+        frame = self._clock.now_ms() - round(trio.current_time() * 1000)
+        step = 0 if self._frame_ms is None else frame - self._frame_ms
+        self._frame_ms = frame
+        if step >= -STEP_MS:
+            return
+        self._heap = [(at + step, seq, d) for at, seq, d in self._heap]  # same order
+        self._stats.steps_back += 1
+        log.warning("the wall clock went back %.1f s: the %d deadlines held keep their "
+                    "moments on the monotonic clock", -step / 1000, len(self._heap))
 
     async def _refill(self, *, first: bool = False) -> None:
         """Hold the next persisted deadlines after the horizon, up to

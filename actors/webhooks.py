@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -94,7 +95,7 @@ from actors.event_bodies import RecentBodies, body_key
 from actors.mailbox import Mailbox
 from actors.signal import Wakeup
 from actors.timer import TimerActor
-from actors.webhook_history import PURGE_DEADLINE, first_purge, purge
+from actors.webhook_history import PURGE_DEADLINE, PURGE_EVERY_MS, first_purge, purge
 from actors.webhook_ids import IdSource
 from actors.webhook_pool import Attempter, SenderPool
 from actors.webhook_queue import SendQueue
@@ -105,13 +106,13 @@ from storage.webhooks_store import ATTEMPT_DEADLINE, WebhookStore, attempt_deadl
 from storage.writer import Op
 from svc_engine import webhook_delivery as deliveries
 from svc_engine.deadlines import Deadline
-from svc_engine.endpoint_health import off_check_at
+from svc_engine.endpoint_health import AUTO_OFF_STREAK_MS, off_check_at
 from svc_engine.errors import Overloaded, StorageUnavailable
 from svc_engine.outbox import OutboxEvent
 from svc_engine.plans import QUOTAS
 from svc_engine.webhook_delivery import WAITING, Delivery, DeliveryStatus
 from svc_engine.webhook_records import Endpoint, off_if_due
-from svc_engine.webhook_retry import TIMEOUT
+from svc_engine.webhook_retry import RETRY_DELAYS_MS, TIMEOUT
 from svc_engine.webhook_steps import FanOut, apply_answer, fan_out
 
 log = logging.getLogger("svc.webhooks")
@@ -198,11 +199,15 @@ class WebhookActor:
     async def run(self, attempter: Attempter, *,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         # A retry's deadline is scheduled when its write is held, not yet queued.
+        # How far ahead each kind is ever planned: one found further ahead (the
+        # wall clock went back since it was planned) fires at once.
         self._timer.register(ATTEMPT_DEADLINE, self._on_attempt_deadline,
-                             settle=self._writes.settle)
-        self._timer.register(PURGE_DEADLINE, self._on_purge_deadline)
+                             settle=self._writes.settle, longest_ms=math.ceil(
+                                 max(RETRY_DELAYS_MS) * max(1.0, self._retry_scale)))
+        self._timer.register(PURGE_DEADLINE, self._on_purge_deadline,
+                             longest_ms=PURGE_EVERY_MS)
         self._timer.register(OFF_CHECK_DEADLINE, self._on_off_check,
-                             settle=self._writes.settle)
+                             settle=self._writes.settle, longest_ms=AUTO_OFF_STREAK_MS + 1)
         await self._recover()
         async with trio.open_nursery() as nursery:
             await nursery.start(self._writes.run)

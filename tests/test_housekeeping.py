@@ -178,6 +178,24 @@ async def test_a_wall_clock_gone_back_keeps_no_network_hash_past_7_hours(
         assert raw == b""
 
 
+async def test_a_run_planned_before_a_step_back_and_a_restart_waits_at_most_its_period(
+        store: LmdbStore, config: Config, autojump_clock: trio.testing.MockClock) -> None:
+    """The sweep's next run was planned while the clock ran 8 hours ahead,
+    then the service restarted on a corrected clock: read from the store, the
+    run waited the 8 hours; a run more than its period ahead goes at once."""
+    from actors.clock import TrioWallClock
+    from svc_engine.deadlines import Deadline
+    from tests.conftest import running_app
+    clock = TrioWallClock()
+    start = clock.now_ms()
+    await store.add_deadlines([Deadline(start + 8 * HOUR_MS, ATTRIBUTION_SWEEP, "all")])
+    async with running_app(store, config, clock):
+        await trio.sleep(1)
+        planned = [d.due_ms - start for d in store.load_deadlines()
+                   if d.kind == ATTRIBUTION_SWEEP]
+    assert planned == [10 * 60_000]  # it ran at the start and planned the next from then
+
+
 async def test_a_long_sweep_run_keeps_the_taps_made_during_it(
         app: App, autojump_clock: trio.testing.MockClock,
         monkeypatch: pytest.MonkeyPatch) -> None:

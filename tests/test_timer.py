@@ -317,3 +317,116 @@ async def test_refills_read_the_store_in_chunks(
         n.cancel_scope.cancel()
     assert fired == [(d.ref, d.due_ms) for d in ds]
     assert len(limits) >= 40 // 3 and all(n is not None and n <= 3 + 1 for n in limits)
+
+
+class SteppedClock(TrioWallClock):
+    """``TrioWallClock`` whose wall clock can be stepped (``offset_ms``), as NTP
+    steps a clock that ran ahead or behind."""
+
+    def __init__(self, base_ms: int = BASE) -> None:
+        super().__init__(base_ms)
+        self.offset_ms = 0
+
+    def now_ms(self) -> int:
+        return super().now_ms() + self.offset_ms
+
+    def trio_time_for(self, wall_ms: int) -> float:
+        return super().trio_time_for(wall_ms - self.offset_ms)
+
+
+HOUR = 3_600_000
+
+
+async def test_held_deadlines_keep_their_moments_when_the_wall_clock_goes_back(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    """A deadline planned "in one minute" (a webhook retry) waited the minute
+    plus the step when NTP set a clock running 8 hours ahead back."""
+    clock = SteppedClock()
+    clock.offset_ms = 8 * HOUR
+    fired: list[tuple[str, float]] = []
+    timer = TimerActor(store, clock)
+    timer.register("k", lambda d: fired.append((d.ref, trio.current_time())))
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        t0 = trio.current_time()
+        for ref, ahead in (("1min", 60_000), ("2h", 2 * HOUR), ("9h", 9 * HOUR)):
+            timer.schedule_nowait(Deadline(clock.now_ms() + ahead, "k", ref))
+        await trio.sleep(1)
+        clock.offset_ms = 0  # the wall clock goes back 8 hours
+        timer.schedule_nowait(Deadline(clock.now_ms() + 30_000, "k", "after"))  # new frame
+        await trio.sleep(10 * 3600)
+        n.cancel_scope.cancel()
+    assert [(ref, t - t0) for ref, t in fired] == [
+        ("after", 31.0), ("1min", 60.0), ("2h", 7200.0), ("9h", 9 * 3600.0)]
+    assert timer.statistics().steps_back == 1
+
+
+async def test_a_step_back_noticed_only_when_the_next_deadline_is_due_still_moves_all(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    # Nothing scheduled after the step: the timer sees it when it wakes for
+    # the earliest deadline, which fires on time, and the next keeps its own.
+    clock = SteppedClock()
+    fired: list[tuple[str, float]] = []
+    timer = TimerActor(store, clock)
+    timer.register("k", lambda d: fired.append((d.ref, trio.current_time())))
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        t0 = trio.current_time()
+        timer.schedule_nowait(Deadline(clock.now_ms() + 60_000, "k", "a"))
+        timer.schedule_nowait(Deadline(clock.now_ms() + 120_000, "k", "b"))
+        await trio.sleep(1)
+        clock.offset_ms = -3 * HOUR
+        await trio.sleep(4 * 3600)
+        n.cancel_scope.cancel()
+    assert [(ref, t - t0) for ref, t in fired] == [("a", 60.0), ("b", 120.0)]
+
+
+async def test_a_step_forward_or_a_slew_fires_by_the_wall_clock(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    """Forward, what the step made due fires (early rather than late); less
+    than a second either way (NTP slewing) is followed, not a step."""
+    clock = SteppedClock()
+    fired: list[tuple[str, float]] = []
+    timer = TimerActor(store, clock)
+    timer.register("k", lambda d: fired.append((d.ref, trio.current_time())))
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        t0 = trio.current_time()
+        timer.schedule_nowait(Deadline(clock.now_ms() + 10_000, "k", "slewed"))
+        timer.schedule_nowait(Deadline(clock.now_ms() + 2 * HOUR, "k", "2h"))
+        timer.schedule_nowait(Deadline(clock.now_ms() + HOUR // 2, "k", "30min"))
+        await trio.sleep(1)
+        clock.offset_ms = -900  # 0.9 s back: a slew, not a step
+        timer.schedule_nowait(Deadline(clock.now_ms() + 1_000, "k", "after-slew"))
+        await trio.sleep(20)
+        clock.offset_ms = HOUR - 900  # an hour forward
+        await trio.sleep(2 * 3600)
+        n.cancel_scope.cancel()
+    got = [(ref, t - t0) for ref, t in fired]
+    assert got[:2] == [("after-slew", 2.0), ("slewed", 10.9)]
+    assert got[2][0] == "30min" and 21 < got[2][1] <= 21 + 60  # it looks every minute
+    assert got[3:] == [("2h", 3600.9)]  # an hour earlier, at its wall time
+    assert timer.statistics().steps_back == 0
+
+
+async def test_a_kind_s_longest_wait_bounds_deadlines_read_after_a_step(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    """Persisted before a step back, then a restart: read from the store,
+    where no frame was noted, a deadline of a kind never planned more than an
+    hour ahead but found 8 hours ahead fires at once; one without a bound, or
+    within it, at its time."""
+    clock = TrioWallClock(BASE)
+    await store.add_deadlines([Deadline(BASE + 8 * HOUR, "bounded", "far"),
+                               Deadline(BASE + 30 * 60_000, "bounded", "near"),
+                               Deadline(BASE + 8 * HOUR, "free", "far")])
+    fired: list[tuple[str, int]] = []
+    timer = TimerActor(store, clock)
+    timer.register("bounded", lambda d: fired.append((f"bounded {d.ref}", clock.now_ms())),
+                   longest_ms=HOUR)
+    timer.register("free", lambda d: fired.append((f"free {d.ref}", clock.now_ms())))
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        await trio.sleep(9 * 3600)
+        n.cancel_scope.cancel()
+    assert fired == [("bounded far", BASE), ("bounded near", BASE + 30 * 60_000),
+                     ("free far", BASE + 8 * HOUR)]

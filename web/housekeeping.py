@@ -29,15 +29,15 @@ work: a run that fails (the store refusing writes: a full disk or map) is
 logged and leaves the schedule as it was, so the sweep that bounds how long a
 network hash lives (SPEC: 7 hours at most) runs again at its time. A run
 whose next deadline cannot be written is tried again a minute later. The
-deadlines are wall times; a job whose next run lies more than its period
-ahead (the wall clock went back) runs within ``WATCH_S`` of trio's clock
-(``_watch``), and the attribution sweep deletes taps dated ahead of now
-(storage/click_window_store.py ``AHEAD_MS``).
+deadlines are wall times; when the wall clock goes back, the timer keeps a
+planned run at its moment on the monotonic clock, and one read from the store
+more than its period ahead (planned before a step, then a restart) runs at
+once (actors/timer.py); the attribution sweep deletes
+taps dated ahead of now (storage/click_window_store.py ``AHEAD_MS``).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -55,7 +55,6 @@ log = logging.getLogger("svc.housekeeping")
 SLICE = 10_000  # records deleted in one write transaction
 SLICE_PAUSE_S = 0.05  # between two full slices of one sweep
 RETRY_MS = 60_000  # a run whose next deadline the store refused
-WATCH_S = 60  # how often a job planned too far ahead (the wall clock went back) is looked for
 IDEM_SWEEP = "idem_sweep"
 ATTRIBUTION_SWEEP = "attribution_sweep"
 EVENTS_RETENTION = "events_retention"
@@ -88,39 +87,22 @@ class Housekeeper:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         persisted = self.services.store.first_deadlines(self.jobs)
         for kind, (every, _) in self.jobs.items():
-            self.services.timer.register(kind, self._on_deadline)
+            # a run found more than a period ahead (the wall clock went back
+            # since it was planned) goes at once
+            self.services.timer.register(kind, self._on_deadline, longest_ms=every)
             if kind in persisted:
                 self._next[kind] = persisted[kind]
             else:
                 await self._schedule(kind, self.services.clock.now_ms() + every)
         task_status.started()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch)
-            await self.mailbox.serve()
-
-    async def _watch(self) -> None:
-        """Every ``WATCH_S`` of trio's clock, run now each job whose next run
-        lies more than its period away on the wall clock. That happens only
-        when the wall clock went back (NTP correcting a clock that ran ahead,
-        a VM restored from a snapshot) by more than the period: a run planned
-        at a wall time now hours ahead waited those hours, and a network hash
-        outlived its 7 hours by as much. The run plans the next one from the
-        wall time of now."""
-        while True:
-            await trio.sleep(WATCH_S)
-            now = self.services.clock.now_ms()
-            for kind, d in list(self._next.items()):
-                if d.due_ms - now > self.jobs[kind][0]:
-                    log.warning("%s was planned %d s ahead, more than its period: the wall "
-                                "clock went back; it runs now", kind, (d.due_ms - now) // 1000)
-                    self.mailbox.call_nowait(functools.partial(self._run_job, d))
+        await self.mailbox.serve()
 
     def _on_deadline(self, d: Deadline) -> None:
         self.mailbox.call_nowait(lambda: self._run_job(d))
 
     async def _run_job(self, d: Deadline) -> None:
         if self._next.get(d.kind) != d:
-            return  # run early by _watch: the one it planned instead is due later
+            return  # not the job's planned run (one that ran early planned another)
         every, job = self.jobs[d.kind]
         now = self.services.clock.now_ms()
         following = Deadline(due_ms=now + every, kind=d.kind, ref=d.ref)

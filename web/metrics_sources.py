@@ -132,6 +132,9 @@ def timer_metrics(timer: TimerActor) -> Collector:
             gauge("svc_timer_deadlines_held", "Deadlines held in memory (later ones wait in "
                   "the store).", s.pending),
             counter("svc_timer_fired_total", "Deadlines fired.", s.fired),
+            counter("svc_timer_clock_steps_back_total", "Times the wall clock went back "
+                    "more than a second (the deadlines held kept their moments).",
+                    s.steps_back),
         ]
 
     return collect
