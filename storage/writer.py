@@ -219,6 +219,7 @@ class Writer:
         self._failures = FailureLog(clock)
         self._ahead = ahead
         self._inline = inline
+        self.inline = inline  # read by the long reads (web/read_threads.py), for the same tests
         self._sync = sync if sync is not None else lambda: env.sync(True)
         self._send, self._recv = trio.open_memory_channel[Pending[Any]](capacity)
         self._max_batch = max_batch

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
+from tests.conftest import App
 from web.read_threads import READ_SWITCH_S, ReadThreads
 
 
@@ -119,3 +122,29 @@ async def test_a_failing_read_or_one_cancelled_while_waiting_puts_it_back() -> N
         assert waiting.cancelled_caught and reads.running == 1
         held.release.set()
     assert sys.getswitchinterval() == pytest.approx(0.005) and reads.running == 0
+
+
+async def test_under_autojump_the_app_s_long_reads_leave_virtual_time_still(
+        app: App, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mock clock jumps whenever every task waits, a task waiting for a
+    worker thread included: a deliveries listing that read for 50 ms let the
+    timer's next deadline come (a webhook retry due a minute later fired, a
+    flaky test_webhook_next_attempt). Under autojump the app reads in the
+    loop's thread, as its store's writer commits there."""
+    from storage.webhooks_store import WebhookStore
+
+    real = WebhookStore._recent
+
+    def slow(self: WebhookStore, *args: Any) -> Any:
+        time.sleep(0.05)
+        return real(self, *args)
+
+    monkeypatch.setattr(WebhookStore, "_recent", slow)
+    assert app.services.store.writer.inline
+    before = trio.current_time()
+    async with app.client("sk_test") as c:
+        for _ in range(3):
+            assert (await c.get("/v1/webhooks/deliveries")).status_code == 200
+        assert (await c.get("/v1/links", params={"q": "x"})).status_code == 200
+    assert trio.current_time() == before

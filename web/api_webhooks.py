@@ -194,7 +194,8 @@ def register(api: Api) -> None:
         # in a worker thread: a rare status reads SCAN_CAP (20,000) deliveries
         found = await actor().tables.recent_off_loop(
             services.reads, ctx.project.id, ctx.mode, limit=RECENT_LIMIT,
-            endpoint_id=endpoint_id.lower() if endpoint_id else None, status=status)
+            endpoint_id=endpoint_id.lower() if endpoint_id else None, status=status,
+            run=services.reads.in_thread)
         by_id = {e.id: e for e in actor().tables.endpoints(ctx.project.id, ctx.mode)}
         return json_response(200, {"data": [delivery_summary_json(d, by_id.get(d.endpoint_id))
                                             for d in found]})

@@ -19,6 +19,12 @@ p50 / p90 / p99 2.1-3.3 / 5.6-7.5 / 10.7-14.3 ms at 5 ms, 1.8-1.9 / 4.3-4.5 /
 about a fifth longer (10-13 s against 9.4-10.6): a download waits a little
 longer so that taps do not. Nothing else changes the interval; the store's
 writer thread also sees it lowered while a read runs.
+
+``inline=True`` reads in the event loop's thread instead, as the store's
+writer commits there with its own ``inline``: tests under trio's
+``autojump_clock`` use both, since the mock clock jumps whenever every task
+waits, a task waiting for a worker thread included, so virtual time leapt
+ahead (a webhook retry due a minute later fired) while a listing read.
 """
 
 from __future__ import annotations
@@ -70,7 +76,9 @@ class ReadThreads:
     first takes a slot, so a read waiting its turn holds no LMDB reader
     slot), and the switch interval short while any slot is held."""
 
-    def __init__(self, threads: int = READ_THREADS, switch_s: float = READ_SWITCH_S) -> None:
+    def __init__(self, threads: int = READ_THREADS, switch_s: float = READ_SWITCH_S, *,
+                 inline: bool = False) -> None:
+        self._inline = inline
         self._limiter = trio.CapacityLimiter(threads)
         self._switch_s = switch_s
         self._held = 0
@@ -94,4 +102,12 @@ class ReadThreads:
         """``read()`` in a worker thread, once a slot is free (waited for
         even when cancelled: a thread cannot be stopped part way)."""
         async with self:
-            return await trio.to_thread.run_sync(read)
+            return await self.in_thread(read)
+
+    async def in_thread(self, read: Callable[[], T]) -> T:
+        """``read()`` in a worker thread (in this one when ``inline``), the
+        caller holding a slot."""
+        if self._inline:
+            await trio.lowlevel.checkpoint()
+            return read()
+        return await trio.to_thread.run_sync(read)

@@ -56,11 +56,12 @@ class Services:
     webhooks: WebhookActor | None = None
     links: LinksStore = attrs.field(init=False)
     attribution: AttributionStore = attrs.field(init=False)
-    reads: ReadThreads = attrs.field(init=False, factory=ReadThreads)
+    reads: ReadThreads = attrs.field(init=False)
     # Projects with an export streaming (web/export.py: one at a time each).
     exports: set[str] = attrs.field(init=False, factory=set)
 
     def __attrs_post_init__(self) -> None:
+        self.reads = ReadThreads(inline=self.store.writer.inline)
         self.links = LinksStore(self.store)
         self.attribution = AttributionStore(self.store, self.config.base_url)
 

@@ -79,7 +79,7 @@ def register(dash: Dashboard) -> None:
             # in a worker thread: a rare status reads SCAN_CAP (20,000) deliveries
             rows = await tables.recent_off_loop(
                 dash.services.reads, viewer.project.id, viewer.mode, limit=RECENT_LIMIT,
-                endpoint_id=chosen, status=status)
+                endpoint_id=chosen, status=status, run=dash.services.reads.in_thread)
         filtering = bool(chosen or status)
         return await dash.render(
             "webhook_deliveries.html", viewer, rows=rows, by_id=endpoints,
