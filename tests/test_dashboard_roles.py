@@ -13,10 +13,13 @@ import attrs
 import pytest
 
 from storage import accounts
+from storage.lmdb_store import LmdbStore
+from svc_engine.errors import Forbidden
 from svc_engine.ids import new_id
 from svc_engine.invites import new_invite
 from svc_engine.keys import KeyKind, Mode
 from svc_engine.links import new_link, new_slug, parse_link_create
+from svc_engine.plans import Plan
 from svc_engine.records import Role
 from svc_engine.roles import MATRIX, Action
 from svc_engine.webhook_delivery import DeliveryStatus
@@ -308,3 +311,27 @@ async def test_every_post_needs_the_csrf_token(app: App) -> None:
     signed_in_posts = {r.rule for r in dashboard_of(app).routes
                        if "POST" in r.methods and r.action is not None}
     assert {c.rule for c in posts} == signed_in_posts
+
+
+async def test_open_invitations_take_seats_when_a_member_is_added(store: LmdbStore) -> None:
+    """The plan's team size counts members and open invitations, as the
+    dashboard's team page does: a Starter organization (3) with one member
+    and two open invitations is full for `svc user create --org` too, and an
+    invitation that expired frees its seat."""
+    now = 1_800_000_000_000
+    org = await tenancy.create_org(store, "Small Co", Plan.STARTER, os.urandom, now)
+    first = await tenancy.create_user(store, "first@example.com", "a-long-password-1", os.urandom,
+                                      now)
+    await tenancy.add_member(store, org.id, first.id, Role.OWNER, now)
+    invites = [new_invite(os.urandom(48), org.id, f"i{i}@example.com", Role.DEVELOPER, first.id,
+                          now)[1] for i in range(2)]
+    for invite in invites:
+        await accounts.create_invite(store, invite)
+    third = await tenancy.create_user(store, "third@example.com", "a-long-password-3",
+                                      os.urandom, now)
+    with pytest.raises(Forbidden, match="counting open invitations"):
+        await tenancy.add_member(store, org.id, third.id, Role.DEVELOPER, now)
+    assert len(store.members_of(org.id)) == 1
+    later = invites[0].expires_at_ms + 1
+    await tenancy.add_member(store, org.id, third.id, Role.DEVELOPER, later)
+    assert len(store.members_of(org.id)) == 2

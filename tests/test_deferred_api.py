@@ -137,6 +137,14 @@ async def test_first_launch_replay_and_conflict(app: App) -> None:
     conflict = await init(app, body, **{"idempotency-key": "launch-2"})
     assert conflict[0] == 409
     assert conflict[1]["error"]["code"] == "install_id_conflict"  # type: ignore[index]
+    # Without a key, neither the first report nor a repeat can be the other's
+    # retry: the repeat is the conflict, never the deferred link a second time.
+    bare = init_body(new_install(), "android", referrer=referrer_from_location(
+        await tap(app, ln["slug"], ANDROID_UA)))
+    assert (await init(app, bare))[1]["link"]["linkId"] == ln["id"]  # type: ignore[index]
+    again = await init(app, bare)
+    assert again[0] == 409
+    assert again[1]["error"]["code"] == "install_id_conflict"  # type: ignore[index]
 
 
 async def test_a_first_launch_retried_with_another_body_gets_the_same_link(app: App) -> None:
