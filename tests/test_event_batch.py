@@ -288,6 +288,43 @@ def test_every_bad_event_is_named_whatever_the_path() -> None:
         Rejection(2, "events[2].id", "events[2].id: must be a UUID"))
 
 
+@pytest.mark.parametrize("encode", ENCODERS)
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"name": " "}, None),  # a name is 1 to 100 characters, spaces too
+    ({"name": " " * 100}, None),
+    ({"name": "n" * 100 + " "}, "name"),
+    ({"name": " " * 101}, "name"),
+    ({"properties": {"k": "x" * 8184}}, None),  # 8,192 bytes as JSON: the limit itself
+    ({"properties": {"k": "x" * 8185}}, "properties"),
+])
+def test_the_edges_hold_on_both_paths(fields: dict[str, Any], field: str | None,
+                                      encode: EncodeAll) -> None:
+    """Alone, a good event takes the fast column check; beside a bad one the
+    reference judges each event: both keep and refuse the same events at the
+    name's and the properties' limits (the reference measured a name's length
+    stripped, and a size of exactly 8 KiB was caught only by chance)."""
+    item = event(**fields)
+    # a good event alone takes the fast check; beside a bad one, the reference
+    other = event(id=str(uuid.UUID(int=7)), name="other") if field else event(id="x")
+    for items in ([item], [item, other], [other, item]):
+        if field is not None and len(items) == 1:
+            with pytest.raises(ValidationError) as info:
+                parse_event_rows({"installId": INSTALL, "events": items}, now_ms=NOW,
+                                 encode_all=encode)
+            assert info.value.field == f"events[0].{field}"
+            continue
+        rows = parse_event_rows({"installId": INSTALL, "events": items}, now_ms=NOW,
+                                encode_all=encode)
+        at = items.index(item)
+        if field is not None:
+            assert [r.field for r in rows.rejected] == [f"events[{at}].{field}"]
+            assert rows.names == ("other",)
+        else:
+            assert [r.field for r in rows.rejected] == [
+                f"events[{1 - at}].id" for _ in items[1:]]
+            assert rows.names == (item["name"],)
+
+
 # --- batches with bad events: the good ones are kept ------------------------------------
 
 

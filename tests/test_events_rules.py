@@ -101,6 +101,9 @@ def test_property_split_duplicates(ids: list[str], stored: set[str]) -> None:
     ({"revenue": 1e-19, "currency": "USD"}, None),  # more places than a sum keeps exactly
     ({"revenue": 1e-70, "currency": "USD"}, None),
     ({"revenue": 1e12 + 1, "currency": "USD"}, None),
+    ({"revenue": -1e12, "currency": "USD"}, ("USD", Decimal("-1e12"))),  # a refund's edge
+    ({"revenue": -1e12 - 1, "currency": "USD"}, None),  # the cap is on the magnitude
+    ({"revenue": -10**15, "currency": "USD"}, None),
     ({"revenue": float("inf"), "currency": "USD"}, None),
     ({"revenue": float("nan"), "currency": "USD"}, None),
     ({"revenue": True, "currency": "USD"}, None),  # a boolean is not a number

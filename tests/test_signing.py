@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import datetime
+import hashlib
+import hmac
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -544,3 +546,17 @@ def test_verify_never_raises_on_any_headers(headers: dict[str, str], body: bytes
     result = signing.verify(CANONICAL["secret"], headers, body, now_s=now)
     assert isinstance(result, signing.VerifyResult)
     assert not result.ok
+
+
+def test_the_mac_covers_the_timestamp_header_as_received() -> None:
+    """SPEC 5.4: the MAC is over ``<webhook-id>.<webhook-timestamp>.<body>``,
+    the header's text: a sender writing leading zeros signs those digits, and
+    a signature over the number written another way does not verify."""
+    key = signing.parse_secret(REL_SECRET)
+    padded = f"0{NOW}"
+    over_text = hmac.new(key, f"{REL_ID}.{padded}.".encode() + REL_BODY, hashlib.sha256)
+    over_number = signing.signature_for_key(key, REL_ID, NOW, REL_BODY)
+    text_sig = f"v1,{base64.b64encode(over_text.digest()).decode()}"
+    assert signing.verify(REL_SECRET, _headers(REL_ID, padded, text_sig), REL_BODY, NOW).ok
+    assert signing.verify(REL_SECRET, _headers(REL_ID, padded, over_number), REL_BODY,
+                          NOW).reason == signing.NO_MATCHING_SIGNATURE
