@@ -255,11 +255,14 @@ def _try_referrer(launch: LaunchFacts, token: Token | None, now_ms: int,
 
 
 def _try_landing(landing: LandingOpen, now_ms: int, trials: list[FlowTrial]) -> Matched | None:
-    age = now_ms - landing.at_ms
-    if not 0 <= age <= LANDING_OPEN_TTL_MS:
+    """``landing`` was in the store when the launch's write ran, so it came
+    first even when it is dated after ``now_ms``: the launch report read its
+    clock, then waited its turn, and the button's resolve was stored in
+    between (it was refused as "later", and the open, taken from the store,
+    was lost)."""
+    if now_ms - landing.at_ms > LANDING_OPEN_TTL_MS:
         trials.append(FlowTrial(Flow.LANDING_PAGE, Outcome.REJECTED,
-                                "the 'Continue in app' open is more than 7 days old"
-                                if age > 0 else "the 'Continue in app' open is later"))
+                                "the 'Continue in app' open is more than 7 days old"))
         return None
     trials.append(FlowTrial(Flow.LANDING_PAGE, Outcome.MATCHED,
                             "opened from the 'Continue in app' page before this launch"))

@@ -496,4 +496,9 @@ def test_an_open_from_the_page_before_the_launch_is_deterministic_before_the_win
                                 now_ms=NOW, landing=stale)
     assert isinstance(later, Matched) and later.method is Method.PROBABILISTIC_MATCH
     assert (Flow.LANDING_PAGE, Outcome.REJECTED) in outcomes(later)
+    # stored while the launch waited its turn: dated after the launch's clock
+    raced = LandingOpen(link_id=LINK_A, at_ms=NOW + 5)
+    got = decide_first_launch(IOS, token=None, window=window, settings=PROB, net_hashes=(),
+                              now_ms=NOW, landing=raced)
+    assert isinstance(got, Matched) and got.method is Method.LANDING_PAGE
     assert all(t.flow is not Flow.LANDING_PAGE for t in decide().trials)  # none: no trial

@@ -7,6 +7,7 @@ import base64
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 
@@ -322,6 +323,48 @@ async def test_a_continue_in_app_open_before_the_launch_report_attributes_the_in
     async with app.client("sk_test") as c:
         counted = (await c.get(f"/v1/analytics/links/{ln['id']}")).json()
     assert counted["installs"]["total"] == 1, counted
+
+
+async def test_an_open_stored_while_the_launch_report_waits_its_turn_attributes_it(
+        app: App, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch report reads its clock, then waits (its project's actor,
+    its turn at the writer); the button's resolve stored its open 5 ms later,
+    before the launch's write ran: the open was refused as "later" than the
+    launch, after the write had taken it from the store, and the install
+    stayed unattributed with its evidence gone."""
+    await setup(app, iosLandingPage=True)
+    ln = await link(app)
+    await tap(app, ln["slug"], IOS_UA)
+    iid = new_install()
+    registry, waiting, go = app.services.registry, trio.Event(), trio.Event()
+    real_get = registry.get
+
+    async def slow_get(project_id: str) -> Any:
+        monkeypatch.setattr(registry, "get", real_get)  # only the launch waits
+        waiting.set()
+        await go.wait()
+        return await real_get(project_id)
+
+    monkeypatch.setattr(registry, "get", slow_get)
+    launched: list[tuple[int, Any]] = []
+
+    async def launch() -> None:
+        launched.append(await init(app, init_body(iid, "ios")))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(launch)
+        await waiting.wait()
+        await trio.sleep(0.005)
+        async with app.client("pk_test", **SDK) as c:
+            r = await c.post("/v1/sdk/resolve", json={"url": landing_url(ln), "installId": iid})
+        assert r.json()["link"]["method"] == "landing_page"
+        assert len(app.services.store.scan(b"landing_opens", b"")) == 1
+        go.set()
+    [(status, body)] = launched
+    assert status == 200
+    assert_landing_open(app, body["link"], ln, iid)
+    assert app.services.store.scan(b"landing_opens", b"") == []
 
 
 def assert_landing_open(app: App, got: dict[str, object], ln: dict[str, object],
