@@ -17,6 +17,8 @@ from tests.openapi_contract import contract_of
 L = "{link}"  # the id of a link made first
 U = "{url}"  # its short URL
 I = "{install}"  # an install that reported its launch  # noqa: E741
+U2048 = "{url of 2048}"  # the short URL with a query making it 2,048 characters, the limit
+U2049 = "{url of 2049}"  # one more
 FP = ":".join(["AB"] * 32)
 
 Case = tuple[str, str, str, Any]  # key, method, path, body
@@ -113,6 +115,10 @@ REFUSED: list[Case] = [
         {"url": "https://a.example.com/#frag"}, {"url": "https://user@a.example.com/"},
         {"url": "https://a.example.com/\u00fc"}, {"url": "https://a.example.com", "mode": "x"},
         {"url": "ftp://a.example.com/"}, {"url": "https://a.example.com", "description": 5})),
+    # one past each length limit (the one itself is among ACCEPTED)
+    (*_LINKS, {"webFallbackUrl": "https://example.com/" + "a" * 2029}),
+    ("pk_test", "POST", "/v1/sdk/resolve", {"url": U2049, "installId": I}),
+    (*_HANDOFF, {"userId": "u", "url": U2049}),
     *(("sk_test", "PATCH", "/v1/link-destinations", body) for body in _bodies(
         {"sdkAllowedHosts": ["https://x.example"]}, {"sdkAllowedHosts": ["1.2.3.4"]},
         {"sdkAllowedHosts": "x.example"}, {"other": []},
@@ -167,6 +173,14 @@ ACCEPTED: list[Case] = [
     ("sk_test", "PATCH", "/v1/link-destinations",
      {"sdkAllowedHosts": ["Example.COM", "*.example.com", "b\u00fccher.example", "x.example"]}),
     ("sk_test", "PATCH", "/v1/link-destinations", {"sdkAllowedHosts": None}),
+    # each length limit itself (one more is among REFUSED)
+    (*_LINKS, {"webFallbackUrl": "https://example.com/" + "a" * 2028}),
+    ("pk_test", "POST", "/v1/sdk/resolve", {"url": U2048, "installId": I}),
+    (*_HANDOFF, {"userId": "u", "url": U2048}),
+    ("pk_test", "POST", "/v1/sdk/init", {**init_body(new_install(), "ios"), "sdkVersion": "v" * 64,
+                                         "osVersion": "o" * 64}),
+    ("pk_test", "POST", "/v1/sdk/init", {**init_body(new_install(), "android"),
+                                         "installReferrer": "r" * 4096}),
 ]
 
 
@@ -191,7 +205,9 @@ async def _names(app: App) -> dict[str, str]:
                 ).status_code == 201
     async with app.client("pk_test", **SDK) as c:
         assert (await c.post("/v1/sdk/init", json=init_body(install, "ios"))).status_code == 200
-    return {L: link["id"], U: link["url"], I: install}
+    padded = link["url"] + "?pad="
+    return {L: link["id"], U: link["url"], I: install,
+            U2048: padded + "a" * (2048 - len(padded)), U2049: padded + "a" * (2049 - len(padded))}
 
 
 async def _run(app: App, cases: list[Case], *, accepted: bool) -> None:

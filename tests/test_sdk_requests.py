@@ -189,6 +189,25 @@ def test_resolve_short_url(url: str, short: str | None) -> None:
     assert req.url == url and req.short_url == short
 
 
+@pytest.mark.parametrize(("url", "from_page"), [
+    ("https://go.example.com/abc?svc_open=landing", True),  # the button without a scheme
+    ("https://go.example.com/abc?utm=x&svc_open=landing", True),
+    ("myapp://product/1?svc_link=https%3A%2F%2Fgo.example.com%2Fabc", True),  # its scheme
+    ("https://go.example.com/abc", False),  # the plain short link: a universal link
+    ("https://go.example.com/abc?svc_open=preview", False),  # only the page's own mark
+    ("https://go.example.com/abc?svc_open=1", False),
+    ("https://go.example.com/abc?svc_open=", False),
+    ("https://go.example.com/landing?x=svc_open", False),
+    ("myapp://product/1", False),  # a scheme URL without a link resolves nothing
+])
+def test_only_the_page_s_own_mark_makes_a_landing_page_open(url: str, from_page: bool) -> None:
+    """README: the button without a scheme is the short link marked
+    ``?svc_open=landing``; any other ``svc_open`` is not that page's button,
+    and resolves as the link itself (a landing-page open upgrades an install
+    to deterministic, so it must not come from a guess)."""
+    assert parse_resolve({"url": url, "installId": INSTALL}).from_landing_page is from_page
+
+
 @pytest.mark.parametrize(("body", "field"), [
     ({"installId": INSTALL}, "url"),
     ({"url": "", "installId": INSTALL}, "url"),
