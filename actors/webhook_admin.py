@@ -90,7 +90,8 @@ async def edit_endpoint(actor: WebhookActor, project_id: str, mode: Mode, endpoi
                         body: object, idem: IdemWrite | None) -> Endpoint:
     async def do() -> Endpoint:
         endpoint = _owned(actor, project_id, mode, endpoint_id)
-        return await _save(actor, records.apply_edit(endpoint, body, actor.now_ms()), idem)
+        return await _save(actor, records.apply_edit(endpoint, body, actor.now_ms(),
+                                                     local=actor.local_receivers), idem)
 
     return await actor.call(do)  # type: ignore[no-any-return]
 

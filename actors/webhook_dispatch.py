@@ -106,12 +106,13 @@ class OutboxDispatcher:
 async def start_webhooks(nursery: trio.Nursery, *, store: LmdbStore, clock: Clock,
                          timer: TimerActor, wakeup: Wakeup, random: Callable[[int], bytes],
                          allow: Sequence[str] = (), ca_bundle: str | None = None,
-                         retry_scale: float = 1.0) -> WebhookActor:
+                         retry_scale: float = 1.0, local: bool = True) -> WebhookActor:
     """Start the WebhookActor (with its senders and one shared HTTP client) and
     the dispatcher in ``nursery``; call before the timer runs, so the actor's
     deadline handlers are registered when the timer loads deadlines."""
-    actor = WebhookActor(store, clock, timer, random, wakeup=wakeup, retry_scale=retry_scale)
-    sender = HttpSender(clock, allow=allow, ca_bundle=ca_bundle)
+    actor = WebhookActor(store, clock, timer, random, wakeup=wakeup, retry_scale=retry_scale,
+                         local=local)
+    sender = HttpSender(clock, allow=allow, ca_bundle=ca_bundle, local=local)
 
     async def serve(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with sender:

@@ -132,8 +132,9 @@ class GuardedBackend:
 
     def __init__(self, allow: Sequence[str] = (), resolver: Resolver = system_resolver,
                  inner: Dialer | None = None, *, clock: Clock | None = None,
-                 dns_cache_ms: int = DNS_CACHE_MS) -> None:
+                 dns_cache_ms: int = DNS_CACHE_MS, local: bool = True) -> None:
         self._allow = tuple(allow)
+        self._local = local
         self._names = NameCache(resolver, clock if clock is not None else SystemClock(),
                                 ttl_ms=dns_cache_ms)
         self._inner = inner if inner is not None else TcpDialer()
@@ -141,10 +142,10 @@ class GuardedBackend:
     async def allowed_addresses(self, host: str, port: int) -> tuple[str, ...]:
         named = f"[{host}]" if ":" in host else host
         url = f"https://{named}:{port}/"
-        verdict = _target_rule(url, None, self._allow)
+        verdict = _target_rule(url, None, self._allow, self._local)
         if verdict.decision == RESOLVE:
             resolved = await self._names.addresses(host, port)
-            verdict = _target_rule(url, resolved, self._allow)
+            verdict = _target_rule(url, resolved, self._allow, self._local)
         if not verdict.allowed:
             raise BlockedAddress(verdict.reason)
         return verdict.addresses
@@ -193,12 +194,14 @@ class HttpSender:
     def __init__(self, clock: Clock, *, allow: Sequence[str] = (),
                  ca_bundle: str | None = None, resolver: Resolver = system_resolver,
                  deadline_s: float = RESPONSE_DEADLINE_MS / 1000,
-                 pool: Pool | None = None, dns_cache_ms: int = DNS_CACHE_MS) -> None:
+                 pool: Pool | None = None, dns_cache_ms: int = DNS_CACHE_MS,
+                 local: bool = True) -> None:
         self._clock = clock
         self._allow = tuple(allow)
+        self._local = local  # receivers on this machine (SVC_WEBHOOK_LOCAL_RECEIVERS)
         self._deadline_s = deadline_s
         self._guard = GuardedBackend(self._allow, resolver, clock=clock,
-                                     dns_cache_ms=dns_cache_ms)
+                                     dns_cache_ms=dns_cache_ms, local=local)
         self._client = H11Client(ssl_context(ca_bundle), dial=self._guard.dial, pool=pool)
 
     async def __aenter__(self) -> HttpSender:
@@ -216,7 +219,7 @@ class HttpSender:
         error: str | None = None
         detail = ""
         body = b""
-        verdict = _target_rule(job.url, None, self._allow)
+        verdict = _target_rule(job.url, None, self._allow, self._local)
         if verdict.decision == BLOCKED:
             error, detail = BLOCKED_ADDRESS, verdict.reason
         else:

@@ -159,7 +159,8 @@ class TickResult:
 class WebhookActor:
     def __init__(self, store: LmdbStore, clock: Clock, timer: TimerActor,
                  random: Callable[[int], bytes], *, wakeup: Wakeup | None = None,
-                 senders: int = 32, per_endpoint: int = 8, retry_scale: float = 1.0) -> None:
+                 senders: int = 32, per_endpoint: int = 8, retry_scale: float = 1.0,
+                 local: bool = True) -> None:
         self.mailbox = Mailbox("webhooks", MAILBOX_CAPACITY)
         self.tables = WebhookStore(store)
         self._store = store
@@ -168,6 +169,7 @@ class WebhookActor:
         self._random = random
         self._ids = IdSource(random, clock)
         self._retry_scale = retry_scale
+        self.local_receivers = local  # endpoints on this machine allowed (edits check it)
         # The dispatcher's wake-up: parking for the plan makes it tick every second.
         self._wakeup = wakeup or Wakeup()
         self._endpoints: dict[str, Endpoint] = {}

@@ -123,6 +123,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("webhook_allow_cidrs", "SVC_WEBHOOK_ALLOW_CIDRS", (), _cidrs,
             "comma-separated CIDRs webhook endpoints may resolve to despite the private-"
             "address guard"),
+    Setting("webhook_local_receivers", "SVC_WEBHOOK_LOCAL_RECEIVERS", True, _bool,
+            "webhook endpoints may be localhost, 127.0.0.1 or [::1] (plain http allowed, as "
+            "SPEC says, for development); false on a server several teams share, so that no "
+            "project can make it post to services on its own loopback"),
     Setting("webhook_ca_bundle", "SVC_WEBHOOK_CA_BUNDLE", None, _opt,
             "CA bundle (PEM) trusted for webhook endpoints' TLS certificates (default: certifi's)"),
     Setting("webhook_retry_scale", "SVC_WEBHOOK_RETRY_SCALE", 1.0, float,
@@ -164,6 +168,7 @@ class Config:
     certfile: str | None = None
     keyfile: str | None = None
     webhook_allow_cidrs: tuple[str, ...] = ()
+    webhook_local_receivers: bool = True
     webhook_ca_bundle: str | None = None
     webhook_retry_scale: float = 1.0
     event_retention_days: int = 90

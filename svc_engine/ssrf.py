@@ -52,7 +52,10 @@ BLOCKED = "blocked"
 RESOLVE = "resolve"
 
 LOCAL_RECEIVER_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
-"""Hosts allowed without the guard (and the only ones allowed over plain http)."""
+"""Hosts allowed without the guard (and the only ones allowed over plain http),
+unless the operator turns local receivers off (``SVC_WEBHOOK_LOCAL_RECEIVERS``)."""
+LOCAL_RECEIVERS_OFF = ("receivers on this machine (localhost, 127.0.0.1, [::1]) are turned "
+                       "off on this server")
 
 MAX_URL_LENGTH = 2048
 DEFAULT_PORTS = {"https": 443, "http": 80}
@@ -318,23 +321,28 @@ def plain_http_allowed(host: str) -> bool:
 
 
 def url_target_rule(
-    url: str, resolved: Sequence[str] | None = None, allow: Sequence[str] = ()
+    url: str, resolved: Sequence[str] | None = None, allow: Sequence[str] = (),
+    local: bool = True,
 ) -> TargetVerdict:
     """Decide whether (and where) a delivery to ``url`` may connect.
 
     Call first with ``resolved=None``; for a host name the answer is
     ``resolve``; look it up and call again with every address the lookup
     returned. A name is allowed only when all of its addresses are.
+    ``local=False`` (an operator's setting): the local receiver hosts are
+    refused like any other loopback address.
     """
     parts = parse_url(url)
     if isinstance(parts, UrlRejected):
         return TargetVerdict(BLOCKED, parts.reason)
     host, port = parts.host, parts.port
+    if host in LOCAL_RECEIVER_HOSTS and not local:
+        return TargetVerdict(BLOCKED, LOCAL_RECEIVERS_OFF, host, port)
     if parts.scheme == "http" and not plain_http_allowed(host):
         return TargetVerdict(BLOCKED, "plain http is only for localhost", host, port)
     if host in LOCAL_RECEIVER_HOSTS:
-        local = ("127.0.0.1", "::1") if host == "localhost" else (host,)
-        return TargetVerdict(ALLOWED, "local_receiver", host, port, local)
+        here = ("127.0.0.1", "::1") if host == "localhost" else (host,)
+        return TargetVerdict(ALLOWED, "local_receiver", host, port, here)
     networks = _allow_networks(tuple(allow))
     if parts.is_ip_literal:
         candidates: Sequence[str] = (host,)

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 import attrs
 
 from svc_engine.errors import ValidationError
-from svc_engine.ssrf import UrlRejected, parse_url, plain_http_allowed
+from svc_engine.ssrf import LOCAL_RECEIVER_HOSTS, UrlRejected, parse_url, plain_http_allowed
 
 SUBSCRIBABLE_EVENTS: tuple[str, ...] = ("click", "open", "install", "conversion")
 DESCRIPTION_MAX = 200
@@ -41,12 +41,17 @@ class EndpointFields:
     events: tuple[str, ...]
 
 
-def validate_url(url: object) -> str:
+def validate_url(url: object, *, local: bool = True) -> str:
+    """``local=False``: the server refuses receivers on its own machine
+    (``SVC_WEBHOOK_LOCAL_RECEIVERS``), whatever the scheme."""
     if not isinstance(url, str):
         raise ValidationError("url must be a string", field="url")
     parts = parse_url(url)
     if isinstance(parts, UrlRejected):
         raise ValidationError(parts.reason, field="url")
+    if not local and parts.host in LOCAL_RECEIVER_HOSTS:
+        raise ValidationError("url must not be localhost, 127.0.0.1 or [::1]: receivers on "
+                              "this machine are turned off on this server", field="url")
     if parts.scheme != "https" and not plain_http_allowed(parts.host):
         raise ValidationError(
             "url must use https (plain http only for localhost, 127.0.0.1 and [::1])",

@@ -124,30 +124,32 @@ def new_endpoint(
     )
 
 
-def parse_create(body: object) -> EndpointFields:
-    """The body of a create request: ``url`` required, ``description``, ``events``."""
+def parse_create(body: object, *, local: bool = True) -> EndpointFields:
+    """The body of a create request: ``url`` required, ``description``, ``events``
+    (``local``: whether receivers on this machine are allowed)."""
     fields = _object(body)
     if "url" not in fields:
         raise ValidationError("url is required", field="url")
     return EndpointFields(
-        url=validate_url(fields["url"]),
+        url=validate_url(fields["url"], local=local),
         description=validate_description(fields.get("description")),
         events=validate_events(fields.get("events")),
     )
 
 
-def apply_edit(endpoint: Endpoint, body: object, now_ms: int) -> Endpoint:
+def apply_edit(endpoint: Endpoint, body: object, now_ms: int, *, local: bool = True
+               ) -> Endpoint:
     """An edit: any subset of url, description, events. Absent fields stay.
 
     ``"events": null`` selects all four again; ``"description": null`` clears it.
     """
-    changes = edit_changes(body)
+    changes = edit_changes(body, local=local)
     if not changes:
         return endpoint
     return attrs.evolve(endpoint, updated_at_ms=now_ms, **changes)
 
 
-def edit_changes(body: object) -> dict[str, Any]:
+def edit_changes(body: object, *, local: bool = True) -> dict[str, Any]:
     """The fields an edit body sets, checked (ValidationError otherwise): what
     :func:`apply_edit` applies, and what the API checks before the request's
     Idempotency-Key is looked up (a body refused on its own is that 400,
@@ -155,7 +157,7 @@ def edit_changes(body: object) -> dict[str, Any]:
     fields = _object(body)
     changes: dict[str, Any] = {}
     if "url" in fields:
-        changes["url"] = validate_url(fields["url"])
+        changes["url"] = validate_url(fields["url"], local=local)
     if "description" in fields:
         changes["description"] = validate_description(fields["description"])
     if "events" in fields:

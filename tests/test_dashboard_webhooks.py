@@ -234,6 +234,22 @@ async def test_plain_http_only_for_local_hosts(app: App, boss: Member, url: str)
     assert only_endpoint(app).url == url.strip()
 
 
+async def test_a_server_with_local_receivers_off_refuses_them_on_the_forms(
+        app: App, boss: Member) -> None:
+    endpoint = await make_endpoint(app, description="old")
+    app.services.config = attrs.evolve(app.services.config, webhook_local_receivers=False)
+    assert app.services.webhooks is not None
+    app.services.webhooks.local_receivers = False
+    r, secret = await add(boss, "http://localhost:9000/h")
+    assert r.status_code == 400 and secret == ""
+    assert "The endpoint was not added: check the URL below." in text(r)
+    assert "turned off on this server" in text(r)
+    bad = await boss.client.post(f"{WH}/{endpoint.id}/edit", data={
+        "csrf": boss.csrf, "url": "https://127.0.0.1/h", "events": ["click"]})
+    assert bad.status_code == 400 and "turned off on this server" in text(bad)
+    assert only_endpoint(app) == endpoint
+
+
 # -- Send test, the delivery page, Retry and Resend --------------------------------------
 
 async def test_send_test_shows_the_delivery_signed_with_the_shown_secret(

@@ -88,6 +88,9 @@ def test_config_precedence_and_parsing() -> None:
     assert cfg.host == "127.0.0.2"
     assert cfg.base_url == "http://127.0.0.2:9000"
     assert config_mod.load({"SVC_MAP_SIZE": "1TiB"}, {}).map_size == 1 << 40
+    assert config_mod.load({}, {}).webhook_local_receivers is True  # SPEC allows them
+    assert config_mod.load({"SVC_WEBHOOK_LOCAL_RECEIVERS": "false"},
+                           {}).webhook_local_receivers is False
     assert config_mod.load({"SVC_MAP_SIZE": "2t"}, {}).map_size == 2 << 40
     with pytest.raises(errors.ValidationError):
         config_mod.load({"SVC_PORT": "eighty"}, {})

@@ -306,6 +306,26 @@ def test_local_receivers_are_allowed_without_lookup(url: str, addresses: tuple[s
     assert ssrf.url_target_rule(url, resolved=["10.0.0.1"]).addresses == addresses
 
 
+@pytest.mark.parametrize("url", [
+    "http://localhost:8080/hook", "https://LOCALHOST/hook", "http://127.0.0.1:9000/",
+    "https://127.0.0.1/", "http://[::1]:9000/", "https://[0:0:0:0:0:0:0:1]/",
+])
+def test_an_operator_may_turn_local_receivers_off(url: str) -> None:
+    """``SVC_WEBHOOK_LOCAL_RECEIVERS=false``: on a server several teams share,
+    no project may make it post to its own loopback services, over http or
+    https, whatever a resolver or the allow-list would say."""
+    verdict = ssrf.url_target_rule(url, local=False)
+    assert verdict.decision == ssrf.BLOCKED and verdict.reason == ssrf.LOCAL_RECEIVERS_OFF
+    assert ssrf.url_target_rule(url, resolved=["93.184.216.34"], allow=("127.0.0.0/8",),
+                                local=False).decision == ssrf.BLOCKED
+    other = ssrf.url_target_rule("https://hooks.example.com/", resolved=["93.184.216.34"],
+                                 local=False)
+    assert other.decision == ssrf.ALLOWED
+    looked_up = ssrf.url_target_rule("https://hooks.example.com/", resolved=["127.0.0.1"],
+                                     local=False)
+    assert looked_up.decision == ssrf.BLOCKED  # a name answering loopback, as always
+
+
 def test_names_are_resolved_by_the_caller_and_every_answer_must_pass() -> None:
     url = "https://hooks.example.com:8443/in"
     first = ssrf.url_target_rule(url)

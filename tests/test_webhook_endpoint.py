@@ -63,6 +63,16 @@ def test_invalid_urls(url: str) -> None:
     assert info.value.code == "validation_error"
 
 
+@pytest.mark.parametrize("url", ["http://localhost:9000/h", "https://localhost/h",
+                                 "https://127.0.0.1:8443/", "http://[::1]/h"])
+def test_local_receivers_are_refused_when_the_server_turns_them_off(url: str) -> None:
+    assert we.validate_url(url) == url
+    with pytest.raises(ValidationError) as info:
+        we.validate_url(url, local=False)
+    assert info.value.field == "url" and "turned off on this server" in info.value.message
+    assert we.validate_url("https://hooks.example.com/h", local=False)
+
+
 def test_url_must_be_a_string() -> None:
     with pytest.raises(ValidationError) as info:
         we.validate_url(None)

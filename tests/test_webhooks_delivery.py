@@ -278,3 +278,37 @@ async def test_a_slow_endpoint_times_out_after_10_seconds(
                                                   "click", b"{}"))
     assert report.error == "timeout" and len(receiver.hits) == 1
     assert report.finished_at_ms - report.started_at_ms == 10_000
+
+
+async def test_a_server_with_local_receivers_off_neither_takes_nor_reaches_them(
+        store: LmdbStore, data_dir: str, ca: tuple[trustme.CA, str]) -> None:
+    """``SVC_WEBHOOK_LOCAL_RECEIVERS=false`` (a server several teams share):
+    an endpoint on this machine is refused when made or edited, and one made
+    before the operator turned them off is never reached: its attempts fail
+    as a blocked address."""
+    clock = SystemClock()
+    async with running_receiver(ca[0], clock) as receiver:
+        async with running_app(store, webhook_config(data_dir, ca[1]), clock) as app:
+            before = await add_endpoint(app, receiver.url)  # allowed by default
+            keys = app.keys
+        off = webhook_config(data_dir, ca[1], webhook_local_receivers=False)
+        async with running_app(store, off, clock) as app:
+            app.keys = keys
+            async with app.client("sk_test") as c:
+                made = await c.post("/v1/webhooks/endpoints",
+                                    json={"url": f"http://127.0.0.1:{receiver.port}/hook"})
+                edited = await c.patch(f"/v1/webhooks/endpoints/{before['id']}",
+                                       json={"url": f"https://[::1]:{receiver.port}/hook"})
+                described = await c.patch(f"/v1/webhooks/endpoints/{before['id']}",
+                                          json={"description": "kept"})
+            for refused in (made, edited):
+                assert refused.status_code == 400, refused.text
+                assert refused.json()["error"]["field"] == "url"
+                assert "turned off on this server" in refused.json()["error"]["message"]
+            assert described.status_code == 200
+            event = await emit(app, "click")
+            [d] = await _settled(app, event.id)
+    assert receiver.hits == []
+    assert d.status is DeliveryStatus.RETRYING
+    assert d.attempts[0].kind == "blocked_address"
+    assert "turned off on this server" in (d.attempts[0].error or "")

@@ -120,7 +120,8 @@ def register(api: Api) -> None:
         ctx = api.server_auth(req)
         if (answer := await planned(req, ctx)) is not None:
             return answer
-        fields = parse_create(await req.json(api.max_body))
+        fields = parse_create(await req.json(api.max_body),
+                              local=services.config.webhook_local_receivers)
         return await write(req, ctx, 201, _endpoint_out, lambda idem: admin.create_endpoint(
             actor(), ctx.project.id, ctx.mode, fields, idem))
 
@@ -143,7 +144,8 @@ def register(api: Api) -> None:
         ctx = api.server_auth(req)
         endpoint_id = _id(req, "endpoint")
         patch = await req.json(api.max_body)
-        edit_changes(patch)  # 400s before the key is looked up (and again in the write)
+        # 400s before the key is looked up (and again in the write)
+        edit_changes(patch, local=services.config.webhook_local_receivers)
         return await write(req, ctx, 200, _endpoint_out, lambda idem: admin.edit_endpoint(
             actor(), ctx.project.id, ctx.mode, endpoint_id, patch, idem))
 

@@ -35,7 +35,8 @@ async def start_services(nursery: trio.Nursery, config: Config, store: LmdbStore
     services.webhooks = await start_webhooks(
         nursery, store=store, clock=clock, timer=timer, wakeup=services.outbox_wakeup,
         random=services.random, allow=config.webhook_allow_cidrs,
-        ca_bundle=config.webhook_ca_bundle, retry_scale=config.webhook_retry_scale)
+        ca_bundle=config.webhook_ca_bundle, retry_scale=config.webhook_retry_scale,
+        local=config.webhook_local_receivers)
     # Handlers of every deadline kind are registered above; now load and run.
     await nursery.start(timer.run)
     return services

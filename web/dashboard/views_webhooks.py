@@ -143,7 +143,8 @@ def register(dash: Dashboard) -> None:
             return await dash.error(viewer, 400, "Create a project first",
                                     "Webhook endpoints belong to a project.")
         try:
-            fields = parse_create(form_body(form))
+            fields = parse_create(form_body(form),
+                                  local=dash.services.config.webhook_local_receivers)
         except CallerError as e:
             return await form_page(viewer, form, status=e.status, error=e)
         endpoint = await admin.create_endpoint(actor_of(dash), viewer.project.id, viewer.mode,
