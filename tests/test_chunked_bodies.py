@@ -122,6 +122,27 @@ async def test_a_body_in_one_byte_chunks_is_413_and_the_connection_closes(
     assert [type(e) for e in app.errors] == [PayloadTooLarge]
 
 
+@pytest.mark.parametrize(("chunk", "refused"), [
+    (20, True),  # 5,000 chunks: over at the 1,111th (1,024 + 22,220 // 256 = 1,110)
+    (70, True),  # 1,429 chunks: over at the 1,410th (1,024 + 98,700 // 256 = 1,409)
+    (72, False),  # 1,389 chunks: never over (1,024 + 99,936 // 256 = 1,414 at the end)
+])
+async def test_the_chunk_allowance_grows_one_per_256_bytes(
+        served: Any, chunk: int, refused: bool) -> None:
+    """SECURITY.md: at most 1,024 chunks plus one per 256 bytes of payload
+    (1-byte chunks pass any rate, and chunks of 256 bytes or more any too)."""
+    app, connect = served
+    c = await connect()
+    payload = bytes(i % 251 for i in range(100_000))
+    if refused:
+        head, body = await _send_then_answer(c, post("/read", chunked(payload, chunk)))
+        assert _is_413(head, body), (head.status_code, body[:100])
+        return
+    await c.stream.send_all(post("/read", chunked(payload, chunk)))
+    head, body = await c.response()
+    assert head.status_code == 200 and body == payload and app.errors == []
+
+
 async def test_bloated_chunk_framing_is_413(served: Any) -> None:
     """Each chunk 1 byte of payload and 4 KiB of extension: few chunks, but
     the wire is mostly framing."""

@@ -79,6 +79,18 @@ def test_logs_never_carry_the_client_address(server_factory: type[ServerProcess]
     assert "203.0.113.77" not in logs and "DistinctiveAgent" not in logs
 
 
+@pytest.mark.parametrize("path", ["/x\rforged", "/x\x00cut", "/a\u2028b", "/a\x1b[31mred",
+                                  "/a\x85b", "/x\nforged"])
+def test_each_unprintable_character_of_a_path_is_escaped_in_the_log(path: str) -> None:
+    """SECURITY.md: a path's unprintable characters are escaped (one request,
+    one line); the test below sends them together, so escaping a newline
+    alone escaped them all."""
+    from web.logs import loggable
+    logged = loggable(path)
+    assert logged.isprintable() and logged.isascii()
+    assert logged.encode().decode("unicode_escape") == path
+
+
 def test_a_path_cannot_forge_or_break_an_access_line(server_factory: type[ServerProcess]
                                                      ) -> None:
     """The logged path is the decoded one: its control characters (a newline,

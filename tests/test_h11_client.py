@@ -190,6 +190,25 @@ async def test_endless_interim_answers_are_a_protocol_error(client: H11Client) -
     assert client.pool.idle == 0
 
 
+@pytest.mark.parametrize(("interim", "answered"), [(8, True), (9, False)])
+async def test_eight_interim_answers_are_allowed_and_a_ninth_is_not(
+        client: H11Client, interim: int, answered: bool) -> None:
+    """README: an answer may cost at most 8 informational (1xx) answers (the
+    flood above passes with any finite limit)."""
+    async def reply(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 100 Continue\r\n\r\n" * interim
+                        + b"HTTP/1.1 204 No Content\r\n\r\n")
+
+    async with serving(reply) as server:
+        with trio.fail_after(10):
+            if answered:
+                assert (await _post(client, server)).status == 204
+            else:
+                with pytest.raises(h11.RemoteProtocolError, match="informational"):
+                    await _post(client, server)
+
+
 async def test_a_body_in_tiny_chunks_is_cut_early_and_lets_others_run(
         client: H11Client) -> None:
     """A 200 whose body comes a byte a chunk: cut once its pieces pass the

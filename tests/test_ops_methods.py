@@ -87,6 +87,22 @@ async def test_healthz_is_exempt_from_the_in_flight_cap(app: App) -> None:
         app.front.in_flight = 0
 
 
+async def test_the_dashboard_is_under_the_in_flight_cap(app: App) -> None:
+    """README: beyond ``SVC_MAX_IN_FLIGHT`` requests get a quick 503, the
+    dashboard's pages as the API's."""
+    app.front.in_flight = app.front.max_in_flight
+    try:
+        async with app.client() as c:
+            for path in ("/dashboard", "/dashboard/sign-in"):
+                r = await c.get(path)
+                assert r.status_code == 503 and r.headers["retry-after"] == "1", path
+                assert r.json()["error"]["code"] == "overloaded"
+    finally:
+        app.front.in_flight = 0
+    async with app.client() as c:
+        assert (await c.get("/dashboard")).status_code == 200
+
+
 async def _raw(server: HttpServer, request: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
     """One request over an in-memory connection; (status, headers, body)."""
     client, server_end = trio.testing.memory_stream_pair()

@@ -187,6 +187,36 @@ def _tls_for(name: str, tmp_path: Path) -> tuple[ssl.SSLContext, str]:
     return tls, ca_path
 
 
+async def test_a_certificate_for_another_name_is_a_tls_error(tmp_path: Path) -> None:
+    """The sender's own TLS context checks the host name: a receiver at
+    hooks.example presenting a trusted CA's certificate for other.example
+    is not the receiver (an unknown CA alone is tested elsewhere)."""
+    tls, ca_path = _tls_for("other.example", tmp_path)
+    async with serving(answering(NO_CONTENT), tls=tls) as server, \
+            HttpSender(SystemClock(), allow=("127.0.0.0/8",), ca_bundle=ca_path,
+                       resolver=_Answers(["127.0.0.1"], ["127.0.0.1"]),
+                       dns_cache_ms=0) as sender:
+        wrong = await sender.attempt(_job(f"https://hooks.example:{server.port}/h"))
+        right = await sender.attempt(_job(f"https://other.example:{server.port}/h"))
+    assert (wrong.status, wrong.error) == (None, "tls_error")
+    assert "CERTIFICATE_VERIFY_FAILED" in wrong.detail
+    assert right.status == 204 and len(server.seen) == 1
+
+
+async def test_the_allow_list_lets_a_literal_address_through(tmp_path: Path) -> None:
+    """``SVC_WEBHOOK_ALLOW_CIDRS`` on a URL naming an address (no lookup):
+    the attempt's own check used the list, not only the dialler's."""
+    tls, ca_path = _tls_for("127.0.0.2", tmp_path)
+    async with serving(answering(NO_CONTENT), tls=tls, hosts=("127.0.0.2",)) as server:
+        url = f"https://127.0.0.2:{server.port}/h"
+        async with HttpSender(SystemClock(), allow=("127.0.0.0/8",), ca_bundle=ca_path) as ok:
+            allowed = await ok.attempt(_job(url))
+        async with HttpSender(SystemClock(), ca_bundle=ca_path) as plain:
+            refused = await plain.attempt(_job(url))
+    assert allowed.status == 204
+    assert refused.error == "blocked_address" and "loopback" in refused.detail
+
+
 async def test_each_attempt_is_judged_and_pooled_connections_follow_the_answer(
         tmp_path: Path) -> None:
     tls, ca_path = _tls_for("hooks.example", tmp_path)

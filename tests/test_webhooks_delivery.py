@@ -5,6 +5,7 @@ outbound address guard."""
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -312,3 +313,25 @@ async def test_a_server_with_local_receivers_off_neither_takes_nor_reaches_them(
     assert d.status is DeliveryStatus.RETRYING
     assert d.attempts[0].kind == "blocked_address"
     assert "turned off on this server" in (d.attempts[0].error or "")
+
+
+async def test_the_operator_s_allow_list_reaches_the_running_sender(
+        store: LmdbStore, data_dir: str, tmp_path: Path) -> None:
+    """``SVC_WEBHOOK_ALLOW_CIDRS`` end to end: a receiver at 127.0.0.2 (a
+    loopback address, not a local receiver) is reached once the operator
+    lists 127.0.0.0/8. Only the setting's parsing was tested: dropping it on
+    its way to the sender passed."""
+    from tests.raw_http_server import NO_CONTENT, answering, serving
+    ca = trustme.CA()
+    ca_path = str(tmp_path / "ca-allow.pem")
+    ca.cert_pem.write_to_path(ca_path)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.2").configure_cert(tls)
+    config = webhook_config(data_dir, ca_path, webhook_allow_cidrs=("127.0.0.0/8",))
+    async with serving(answering(NO_CONTENT), tls=tls, hosts=("127.0.0.2",)) as server, \
+            running_app(store, config, SystemClock()) as app:
+        await add_endpoint(app, f"https://127.0.0.2:{server.port}/hook")
+        event = await emit(app, "click")
+        [d] = await _settled(app, event.id)
+    assert d.status is DeliveryStatus.DELIVERED, d.attempts
+    assert len(server.seen) == 1
