@@ -197,3 +197,21 @@ async def test_an_invitation_s_password_check_is_throttled_like_a_sign_in(app: A
         statuses = [(await c.post(path, data={"csrf": token, "password": f"guess-{i}"})
                      ).status_code for i in range(7)]
     assert statuses[:5] == [400] * 5 and set(statuses[5:]) == {429}
+
+
+async def test_an_admin_cannot_invite_an_owner(app: App) -> None:
+    """Only owners grant owner (svc_engine/roles.py): the invitation was
+    made, took a seat, and only its acceptance was refused."""
+    from storage import accounts
+    admin = await signed_in(app, await add_user(app, "admin@example.com", Role.ADMIN))
+    try:
+        r = await admin.post("/dashboard/settings/team/invite",
+                             {"email": "boss@example.com", "role": "owner"})
+        assert r.status_code == 403
+        assert accounts.list_invites(app.services.store, app.org_id,
+                                     app.services.clock.now_ms()) == []
+        ok = await admin.post("/dashboard/settings/team/invite",
+                              {"email": "dev@example.com", "role": "developer"})
+        assert ok.status_code == 200
+    finally:
+        await admin.aclose()
