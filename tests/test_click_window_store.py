@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import lmdb
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import storage.click_window_store as cws
@@ -130,10 +130,26 @@ taps = st.lists(st.tuples(st.sampled_from(LINKS), ages, st.sampled_from([16, 17]
                 max_size=14)
 
 
+A, B = LINKS[0], LINKS[1]
+T = Mode.TEST
+
+
 @settings(max_examples=300, deadline=None)
 @given(taps, st.sampled_from([16, 17, None]), st.sampled_from(["DE", "FR", None]),
        st.sampled_from([NET, OTHER_NET, None]), st.booleans(), st.booleans(),
        st.sampled_from([15, 120]), st.sampled_from(Mode))
+# Both edges of the window are in (README: "inclusive and exact"), for either
+# step, alone and as a conflict: drawn at random, a mutant dropping one edge
+# was caught in 2 to 4 runs of 8.
+@example([(A, 120 * MIN, 17, None, NET, T)], 17, "DE", NET, True, True, 120, T)
+@example([(B, 120 * MIN, 17, None, NET, T), (A, 5 * MIN, 17, None, NET, T)],
+         17, "DE", NET, True, True, 120, T)
+@example([(A, 0, 17, "DE", NET, T)], 17, "DE", NET, True, True, 120, T)
+@example([(A, 0, 17, "DE", None, T)], 17, "DE", None, True, False, 120, T)
+@example([(A, 5 * MIN, 17, "DE", None, T), (B, 0, 17, "DE", None, T)],
+         17, "DE", None, True, False, 120, T)
+@example([(B, 120 * MIN, 17, "DE", None, T), (A, 5 * MIN, 17, "DE", None, T)],
+         17, "DE", None, True, False, 120, T)
 def test_indexed_launch_matches_the_pure_rules_and_keeps_indexes_in_step(
         store: LmdbStore, drawn: list[tuple[str, int, int, str | None, bytes | None, Mode]],
         os_major: int | None, country: str | None, net: bytes | None, prob: bool, ip: bool,

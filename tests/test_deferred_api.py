@@ -16,6 +16,7 @@ from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
 from svc_engine.keys import Mode
 from svc_engine.links import iso_utc
+from svc_engine.plans import Plan
 from svc_engine.tokens import TOKEN_TTL_MS, Token
 from tests.conftest import App, running_app
 from tests.dashboard_webhook_support import make_endpoint
@@ -403,6 +404,69 @@ async def test_without_a_scheme_the_page_s_open_button_is_a_marked_universal_lin
     assert f'href="{marked}"' in await tap(app, f"{ln['slug']}?svc_open=landing", IOS_UA)
 
 
+async def test_a_marked_link_tapped_on_android_still_hands_out_a_stored_token(
+        app: App) -> None:
+    """The 'Continue in app' button's URL (``?svc_open=landing``) shared and
+    tapped on Android: not that page's reload, so the tap is counted and its
+    token stored before the redirect, and the install gets its link."""
+    await setup(app, iosLandingPage=True)
+    ln = await link(app)
+    location = await tap(app, f"{ln['slug']}?svc_open=landing", ANDROID_UA)
+    assert location.startswith("https://play.google.com/store/apps/details?id=com.example.shop")
+    referrer = referrer_from_location(location)
+    assert app.services.attribution.get_token(referrer.removeprefix("svc_token=")) is not None
+    status, body = await init(app, init_body(new_install(), "android", referrer=referrer))
+    assert status == 200 and body["link"]["method"] == "install_referrer"  # type: ignore[index]
+    await app.flush()
+    async with app.client("sk_test") as c:
+        counted = (await c.get(f"/v1/analytics/links/{ln['id']}")).json()
+    assert counted["clicks"]["total"] == 1
+
+
+async def test_settings_the_store_refused_do_not_take_effect(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PATCH answered 503 ``storage_unavailable`` changed nothing stored,
+    but its settings held in the project's actor, which every launch reads."""
+    from svc_engine.errors import StorageUnavailable
+
+    async def refusing(*args: object, **kwargs: object) -> object:
+        raise StorageUnavailable("the disk is full")
+
+    async with app.client("sk_test") as c:
+        before = (await c.get("/v1/deferred/settings")).json()
+        monkeypatch.setattr(app.services.store, "put_settings", refusing)
+        r = await c.patch("/v1/deferred/settings", json={"probabilisticMatching": True})
+        monkeypatch.undo()
+        assert r.status_code == 503
+        assert (await c.get("/v1/deferred/settings")).json() == before
+    actor = await app.services.registry.get(app.project_id)
+    assert actor.settings.probabilistic_matching is before["probabilisticMatching"]
+
+
+async def test_a_later_launch_keeps_an_upgrade_of_an_install_it_registered(app: App) -> None:
+    """Registered by a later launch (its first report lost), then upgraded by
+    the 'Continue in app' open: the next later launch judged it again from
+    scratch, dropping the link and moving its install time."""
+    await setup(app, iosLandingPage=True)
+    ln = await link(app)
+    await tap(app, ln["slug"], IOS_UA)
+    iid = new_install()
+    assert await init(app, init_body(iid, "ios", first=False)) == (200, {"link": None})
+    attribution = app.services.attribution
+    registered = attribution.get_install(app.project_id, "test", iid)
+    assert registered is not None
+    async with app.client("pk_test", **SDK) as c:
+        r = await c.post("/v1/sdk/resolve", json={"url": f"{ln['url']}?svc_open=landing",
+                                                   "installId": iid})
+    assert r.json()["link"]["method"] == "landing_page"
+    await trio.sleep(0.01)
+    assert (await init(app, init_body(iid, "ios", first=False)))[0] == 200
+    after = attribution.get_install(app.project_id, "test", iid)
+    assert after is not None and after.attribution is not None
+    assert after.attribution.link_id == ln["id"]
+    assert after.created_at_ms == registered.created_at_ms
+
+
 async def test_the_page_s_own_button_reloading_it_is_not_another_click(app: App) -> None:
     """Without a custom scheme the 'Continue in app' button is the short link
     marked ``svc_open=landing``, which may just load the page again (SPEC.md):
@@ -503,6 +567,17 @@ async def test_links_under_a_public_url_with_a_path_resolve(store: LmdbStore,
         # the association file claims /go's links only (it claimed the whole
         # site), and the dashboard links it at the domain's root, where Apple
         # and Google fetch it (it showed /go/.well-known/...)
+            # a custom domain's links stay at its root: only the default
+            # domain's URLs lose the public URL's path
+            await app.services.store.set_plan(app.org_id, Plan.SCALE)
+            async with app.client("sk_test") as owner_c:
+                assert (await owner_c.post("/v1/domains", json={"domain": "links.example"})
+                        ).status_code == 201
+                custom = (await owner_c.post("/v1/links", json={
+                    "path": "/p", "domain": "links.example"})).json()
+            assert custom["url"] == f"https://links.example/{custom['slug']}"
+            assert await resolve(str(custom["url"])) == 200
+            assert await resolve(f"https://links.example/go/{custom['slug']}") == 404
         async with app.client() as c:
             aasa = (await c.get("/.well-known/apple-app-site-association")).json()
         [detail] = aasa["applinks"]["details"]
