@@ -362,3 +362,28 @@ async def test_a_custom_domain_answers_by_its_fully_qualified_name_too(app: App)
             r = await c.get("/sale")
         assert r.status_code == 302, (host, r.status_code)
     assert ln["domain"] == "go.acme.com"
+
+
+async def test_every_answer_of_a_tap_is_neither_cached_nor_a_referrer(app: App) -> None:
+    """README: a tap's answer is never cached (a cache would skip the count
+    and hand one token to many) and sends no Referer on (a destination does
+    not learn which short link, or whose, brought the visitor): redirects,
+    the landing and OG pages, 404 and 410 alike."""
+    await configure(app, landing=True)
+    ln = await make_link(app)
+    gone = await make_link(app, expiresAt="2099-01-01T00:00:00Z")
+    await app.services.links.update(app.project_id, "live", str(gone["id"]),
+                                    lambda x: __import__("attrs").evolve(x, expires_at_ms=1),
+                                    None)
+    answers = {}
+    for name, ua, path in (("redirect", UA["android"], ln["slug"]),
+                           ("landing page", UA["ios"], ln["slug"]),
+                           ("OG page", UA["bot"], ln["slug"]),
+                           ("404", UA["ios"], "doesnotexist"),
+                           ("410", UA["desktop"], gone["slug"])):
+        async with app.client(**{"user-agent": ua}) as c:
+            answers[name] = await c.get(f"/{path}")
+    assert [r.status_code for r in answers.values()] == [302, 200, 200, 404, 410]
+    for name, r in answers.items():
+        assert r.headers["cache-control"] == "no-store", name
+        assert r.headers["referrer-policy"] == "no-referrer", name
