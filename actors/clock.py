@@ -30,13 +30,16 @@ class SystemClock:
 
 
 class TrioWallClock:
-    """Wall time = ``base_ms`` + trio time; for tests under a MockClock."""
+    """Wall time = ``base_ms`` + trio time; for tests under a MockClock.
+    ``offset_ms`` steps the wall clock (as NTP or a restored VM does) while
+    trio's clock runs on."""
 
     def __init__(self, base_ms: int = 1_790_000_000_000) -> None:
         self._base_ms = base_ms
+        self.offset_ms = 0
 
     def now_ms(self) -> int:
-        return self._base_ms + round(trio.current_time() * 1000)
+        return self._base_ms + self.offset_ms + round(trio.current_time() * 1000)
 
     def trio_time_for(self, wall_ms: int) -> float:
-        return (wall_ms - self._base_ms) / 1000.0
+        return (wall_ms - self._base_ms - self.offset_ms) / 1000.0

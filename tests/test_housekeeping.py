@@ -9,6 +9,7 @@ import pytest
 import trio
 import trio.testing
 
+from actors.clock import TrioWallClock
 from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
 from svc_engine.idempotency import RETENTION_MS
@@ -144,20 +145,6 @@ async def test_a_failed_run_leaves_the_schedule_as_it_was(
     assert len(sweeps) == before + 7
 
 
-class SteppedClock:
-    """TrioWallClock with a wall clock that can be stepped (``offset_ms``)."""
-
-    def __init__(self, base_ms: int = 1_790_000_000_000) -> None:
-        self.base_ms = base_ms
-        self.offset_ms = 0
-
-    def now_ms(self) -> int:
-        return self.base_ms + self.offset_ms + round(trio.current_time() * 1000)
-
-    def trio_time_for(self, wall_ms: int) -> float:
-        return (wall_ms - self.base_ms - self.offset_ms) / 1000.0
-
-
 HOUR_MS = 3_600_000
 
 
@@ -170,7 +157,7 @@ async def test_a_wall_clock_gone_back_keeps_no_network_hash_past_7_hours(
     network hash kept 15), and a tap made before the step lay 8 hours in the
     future, to be swept only once the clock caught up with it."""
     from tests.conftest import running_app
-    clock = SteppedClock()
+    clock = TrioWallClock()
     clock.offset_ms = 8 * HOUR_MS
     async with running_app(store, config, clock) as app:
         async with app.client("sk_test") as c:
@@ -198,7 +185,6 @@ async def test_a_run_planned_before_a_step_back_and_a_restart_waits_at_most_its_
     """The sweep's next run was planned while the clock ran 8 hours ahead,
     then the service restarted on a corrected clock: read from the store, the
     run waited the 8 hours; a run more than its period ahead goes at once."""
-    from actors.clock import TrioWallClock
     from svc_engine.deadlines import Deadline
     from tests.conftest import running_app
     clock = TrioWallClock()

@@ -319,21 +319,6 @@ async def test_refills_read_the_store_in_chunks(
     assert len(limits) >= 40 // 3 and all(n is not None and n <= 3 + 1 for n in limits)
 
 
-class SteppedClock(TrioWallClock):
-    """``TrioWallClock`` whose wall clock can be stepped (``offset_ms``), as NTP
-    steps a clock that ran ahead or behind."""
-
-    def __init__(self, base_ms: int = BASE) -> None:
-        super().__init__(base_ms)
-        self.offset_ms = 0
-
-    def now_ms(self) -> int:
-        return super().now_ms() + self.offset_ms
-
-    def trio_time_for(self, wall_ms: int) -> float:
-        return super().trio_time_for(wall_ms - self.offset_ms)
-
-
 HOUR = 3_600_000
 
 
@@ -341,7 +326,7 @@ async def test_held_deadlines_keep_their_moments_when_the_wall_clock_goes_back(
         store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
     """A deadline planned "in one minute" (a webhook retry) waited the minute
     plus the step when NTP set a clock running 8 hours ahead back."""
-    clock = SteppedClock()
+    clock = TrioWallClock(BASE)
     clock.offset_ms = 8 * HOUR
     fired: list[tuple[str, float]] = []
     timer = TimerActor(store, clock)
@@ -365,7 +350,7 @@ async def test_a_step_back_noticed_only_when_the_next_deadline_is_due_still_move
         store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
     # Nothing scheduled after the step: the timer sees it when it wakes for
     # the earliest deadline, which fires on time, and the next keeps its own.
-    clock = SteppedClock()
+    clock = TrioWallClock(BASE)
     fired: list[tuple[str, float]] = []
     timer = TimerActor(store, clock)
     timer.register("k", lambda d: fired.append((d.ref, trio.current_time())))
@@ -385,7 +370,7 @@ async def test_a_step_forward_or_a_slew_fires_by_the_wall_clock(
         store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
     """Forward, what the step made due fires (early rather than late); less
     than a second either way (NTP slewing) is followed, not a step."""
-    clock = SteppedClock()
+    clock = TrioWallClock(BASE)
     fired: list[tuple[str, float]] = []
     timer = TimerActor(store, clock)
     timer.register("k", lambda d: fired.append((d.ref, trio.current_time())))

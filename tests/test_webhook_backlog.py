@@ -732,31 +732,17 @@ async def test_a_plan_lapse_keeps_the_backlog_in_the_store(
     assert peak[b.endpoint_id] <= READY_PER_ENDPOINT
 
 
-class _SteppingClock(TrioWallClock):
-    """A wall clock that can be stepped back (NTP, a resumed VM)."""
-
-    def __init__(self, base_ms: int) -> None:
-        super().__init__(base_ms)
-        self.offset = 0
-
-    def now_ms(self) -> int:
-        return super().now_ms() + self.offset
-
-    def trio_time_for(self, wall_ms: int) -> float:
-        return super().trio_time_for(wall_ms - self.offset)
-
-
 async def test_a_wall_clock_stepped_back_strands_no_delivery(
         store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
     """A refused delivery has no deadline left: after the clock steps back,
     the read-back still takes it as due (it was), not as waiting for a
     deadline it no longer has."""
-    clock = _SteppingClock(BASE)
+    clock = TrioWallClock(BASE)
     receiver = HungEndpoint(clock)
     async with running(store, clock, receiver) as actor:
         project_id, _ = await _world(store, actor, clock)
         count = await _hung_backlog(store, actor, clock, project_id)
-        clock.offset = -120_000  # two minutes back
+        clock.offset_ms = -120_000  # two minutes back
         receiver.hung = False
         await _all_delivered(actor, receiver, project_id, count)
 
@@ -766,12 +752,12 @@ async def test_a_restart_after_the_wall_clock_stepped_back_strands_no_delivery(
     """Deliveries left in the store (no deadline) were due; after a restart
     with the clock two minutes back some are not due any more: they get a
     deadline again, and every delivery still goes once."""
-    clock = _SteppingClock(BASE)
+    clock = TrioWallClock(BASE)
     receiver = HungEndpoint(clock)
     async with running(store, clock, receiver) as actor:
         project_id, _ = await _world(store, actor, clock)
         count = await _hung_backlog(store, actor, clock, project_id)
-    clock.offset = -120_000
+    clock.offset_ms = -120_000
     receiver.hung = False
     async with running(store, clock, receiver) as again:
         await _all_delivered(again, receiver, project_id, count)
@@ -783,13 +769,13 @@ async def test_a_turn_on_after_the_wall_clock_stepped_back_strands_no_delivery(
     the clock stepped back 20 s, the newer half of the backlog is not due
     any more: those get a deadline again, written and handed to the timer,
     the rest go through the cap; every delivery still goes once."""
-    clock = _SteppingClock(BASE)
+    clock = TrioWallClock(BASE)
     receiver = HungEndpoint(clock)
     async with running(store, clock, receiver) as actor:
         project_id, endpoint_id = await _world(store, actor, clock)
         count = await _hung_backlog(store, actor, clock, project_id)
         await _switch(actor, project_id, endpoint_id, on=False)
-        clock.offset = -20_000
+        clock.offset_ms = -20_000
         receiver.hung = False
         await _switch(actor, project_id, endpoint_id, on=True)
         stored, _ = await _open_and_busy(actor)

@@ -460,27 +460,13 @@ async def test_a_missed_wake_up_costs_at_most_a_minute(
     assert len(receiver.hits) == 1 and 0 < receiver.times()[0] - t <= MIN
 
 
-class _SteppedClock(TrioWallClock):
-    """``TrioWallClock`` whose wall clock can be stepped (``offset_ms``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.offset_ms = 0
-
-    def now_ms(self) -> int:
-        return super().now_ms() + self.offset_ms
-
-    def trio_time_for(self, wall_ms: int) -> float:
-        return super().trio_time_for(wall_ms - self.offset_ms)
-
-
 async def test_a_retry_keeps_its_wait_when_the_wall_clock_goes_back(
         store: LmdbStore, wconfig: Config, ca: tuple[trustme.CA, str],
         autojump_clock: trio.testing.MockClock) -> None:
     """The machine's clock ran 8 hours ahead and NTP set it back after the
     first attempt failed: the retry planned a minute later waited 8 hours and
     a minute (its deadline a wall time, now 8 hours ahead)."""
-    clock = _SteppedClock()
+    clock = TrioWallClock()
     clock.offset_ms = 8 * HOUR
     sent: list[float] = []
 
