@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import pytest
 import trio
 import trio.testing
@@ -320,6 +323,27 @@ async def test_refills_read_the_store_in_chunks(
 
 
 HOUR = 3_600_000
+Fired = list[tuple[str, float]]
+
+
+@asynccontextmanager
+async def _firing(store: LmdbStore, clock: TrioWallClock
+                  ) -> AsyncIterator[tuple[TimerActor, Fired]]:
+    """A running timer, and what it fired of kind "k": (ref, seconds of trio's
+    clock since it started)."""
+    fired: Fired = []
+    timer = TimerActor(store, clock)
+    start = trio.current_time()
+    timer.register("k", lambda d: fired.append((d.ref, trio.current_time() - start)))
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        yield timer, fired
+        n.cancel_scope.cancel()
+
+
+def _plan(timer: TimerActor, clock: TrioWallClock, **ahead_ms: int) -> None:
+    for ref, ahead in ahead_ms.items():
+        timer.schedule_nowait(Deadline(clock.now_ms() + ahead, "k", ref))
 
 
 async def test_held_deadlines_keep_their_moments_when_the_wall_clock_goes_back(
@@ -328,21 +352,13 @@ async def test_held_deadlines_keep_their_moments_when_the_wall_clock_goes_back(
     plus the step when NTP set a clock running 8 hours ahead back."""
     clock = TrioWallClock(BASE)
     clock.offset_ms = 8 * HOUR
-    fired: list[tuple[str, float]] = []
-    timer = TimerActor(store, clock)
-    timer.register("k", lambda d: fired.append((d.ref, trio.current_time())))
-    async with trio.open_nursery() as n:
-        await n.start(timer.run)
-        t0 = trio.current_time()
-        for ref, ahead in (("1min", 60_000), ("2h", 2 * HOUR), ("9h", 9 * HOUR)):
-            timer.schedule_nowait(Deadline(clock.now_ms() + ahead, "k", ref))
+    async with _firing(store, clock) as (timer, fired):
+        _plan(timer, clock, min1=60_000, h2=2 * HOUR, h9=9 * HOUR)
         await trio.sleep(1)
         clock.offset_ms = 0  # the wall clock goes back 8 hours
-        timer.schedule_nowait(Deadline(clock.now_ms() + 30_000, "k", "after"))  # new frame
+        _plan(timer, clock, after=30_000)  # planned in the new frame
         await trio.sleep(10 * 3600)
-        n.cancel_scope.cancel()
-    assert [(ref, t - t0) for ref, t in fired] == [
-        ("after", 31.0), ("1min", 60.0), ("2h", 7200.0), ("9h", 9 * 3600.0)]
+    assert fired == [("after", 31.0), ("min1", 60.0), ("h2", 7200.0), ("h9", 9 * 3600.0)]
     assert timer.statistics().steps_back == 1
 
 
@@ -351,19 +367,12 @@ async def test_a_step_back_noticed_only_when_the_next_deadline_is_due_still_move
     # Nothing scheduled after the step: the timer sees it when it wakes for
     # the earliest deadline, which fires on time, and the next keeps its own.
     clock = TrioWallClock(BASE)
-    fired: list[tuple[str, float]] = []
-    timer = TimerActor(store, clock)
-    timer.register("k", lambda d: fired.append((d.ref, trio.current_time())))
-    async with trio.open_nursery() as n:
-        await n.start(timer.run)
-        t0 = trio.current_time()
-        timer.schedule_nowait(Deadline(clock.now_ms() + 60_000, "k", "a"))
-        timer.schedule_nowait(Deadline(clock.now_ms() + 120_000, "k", "b"))
+    async with _firing(store, clock) as (timer, fired):
+        _plan(timer, clock, a=60_000, b=120_000)
         await trio.sleep(1)
         clock.offset_ms = -3 * HOUR
         await trio.sleep(4 * 3600)
-        n.cancel_scope.cancel()
-    assert [(ref, t - t0) for ref, t in fired] == [("a", 60.0), ("b", 120.0)]
+    assert fired == [("a", 60.0), ("b", 120.0)]
 
 
 async def test_a_step_forward_or_a_slew_fires_by_the_wall_clock(
@@ -371,26 +380,17 @@ async def test_a_step_forward_or_a_slew_fires_by_the_wall_clock(
     """Forward, what the step made due fires (early rather than late); less
     than a second either way (NTP slewing) is followed, not a step."""
     clock = TrioWallClock(BASE)
-    fired: list[tuple[str, float]] = []
-    timer = TimerActor(store, clock)
-    timer.register("k", lambda d: fired.append((d.ref, trio.current_time())))
-    async with trio.open_nursery() as n:
-        await n.start(timer.run)
-        t0 = trio.current_time()
-        timer.schedule_nowait(Deadline(clock.now_ms() + 10_000, "k", "slewed"))
-        timer.schedule_nowait(Deadline(clock.now_ms() + 2 * HOUR, "k", "2h"))
-        timer.schedule_nowait(Deadline(clock.now_ms() + HOUR // 2, "k", "30min"))
+    async with _firing(store, clock) as (timer, fired):
+        _plan(timer, clock, slewed=10_000, h2=2 * HOUR, min30=HOUR // 2)
         await trio.sleep(1)
         clock.offset_ms = -900  # 0.9 s back: a slew, not a step
-        timer.schedule_nowait(Deadline(clock.now_ms() + 1_000, "k", "after-slew"))
+        _plan(timer, clock, after_slew=1_000)
         await trio.sleep(20)
         clock.offset_ms = HOUR - 900  # an hour forward
         await trio.sleep(2 * 3600)
-        n.cancel_scope.cancel()
-    got = [(ref, t - t0) for ref, t in fired]
-    assert got[:2] == [("after-slew", 2.0), ("slewed", 10.9)]
-    assert got[2][0] == "30min" and 21 < got[2][1] <= 21 + 60  # it looks every minute
-    assert got[3:] == [("2h", 3600.9)]  # an hour earlier, at its wall time
+    assert fired[:2] == [("after_slew", 2.0), ("slewed", 10.9)]
+    assert fired[2][0] == "min30" and 21 < fired[2][1] <= 21 + 60  # it looks every minute
+    assert fired[3:] == [("h2", 3600.9)]  # an hour earlier, at its wall time
     assert timer.statistics().steps_back == 0
 
 
