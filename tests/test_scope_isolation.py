@@ -55,26 +55,34 @@ async def _counts(app: App, key: str, link_id: str) -> tuple[Any, Any, Any]:
     return r.json()["clicks"], r.json()["opens"], r.json()["handoffOpens"]
 
 
+async def _all_refused(app: App, link: dict[str, Any], *, domain: str | None = None) -> None:
+    """Every call of the test project's keys naming ``link`` (of another
+    mode or project), and ``domain``, is 404 ``not_found``."""
+    async with app.client("sk_test") as c:
+        refused = [
+            await c.get(f"/v1/links/{link['id']}"),
+            await c.patch(f"/v1/links/{link['id']}", json={"title": "changed"}),
+            await c.delete(f"/v1/links/{link['id']}"),
+            await c.post("/v1/handoffs", json={"linkId": link["id"], "userId": "u-1"}),
+            await c.post("/v1/handoffs", json={"url": link["url"], "userId": "u-1"}),
+            await c.get(f"/v1/analytics/links/{link['id']}"),
+            await c.get(f"/v1/analytics/links/{link['id']}/funnel"),
+            await c.get("/v1/analytics/summary", params={"linkId": link["id"]}),
+        ]
+        if domain is not None:
+            refused.append(await c.delete(f"/v1/domains/{domain}"))
+    async with app.client("pk_test", **SDK) as c:
+        refused.append(await c.post("/v1/sdk/resolve",
+                                    json={"url": link["url"], "installId": new_install()}))
+    assert [r.status_code for r in refused] == [404] * len(refused)
+    assert all(_not_found(r) for r in refused)
+
+
 async def test_links_of_the_other_mode_are_not_found(app: App) -> None:
     await setup(app)
     live = await _link(app, "sk_live", title="LIVE")
     before = await _counts(app, "sk_live", live["id"])
-    async with app.client("sk_test") as c:
-        refused = [
-            await c.get(f"/v1/links/{live['id']}"),
-            await c.patch(f"/v1/links/{live['id']}", json={"title": "changed"}),
-            await c.delete(f"/v1/links/{live['id']}"),
-            await c.post("/v1/handoffs", json={"linkId": live["id"], "userId": "u-1"}),
-            await c.post("/v1/handoffs", json={"url": live["url"], "userId": "u-1"}),
-            await c.get(f"/v1/analytics/links/{live['id']}"),
-            await c.get(f"/v1/analytics/links/{live['id']}/funnel"),
-            await c.get("/v1/analytics/summary", params={"linkId": live["id"]}),
-        ]
-    async with app.client("pk_test", **SDK) as c:
-        refused.append(await c.post("/v1/sdk/resolve",
-                                    json={"url": live["url"], "installId": new_install()}))
-    assert [r.status_code for r in refused] == [404] * len(refused)
-    assert all(_not_found(r) for r in refused)
+    await _all_refused(app, live)
     async with app.client("sk_live") as c:
         after = await c.get(f"/v1/links/{live['id']}")
     assert after.status_code == 200 and after.json()["title"] == "LIVE"
@@ -89,23 +97,7 @@ async def test_links_and_domains_of_another_project_are_not_found(app: App) -> N
         assert (await c.post("/v1/domains", json={"domain": "go.theirs.example"})
                 ).status_code == 201
     before = await _counts(app, theirs_key, theirs["id"])
-    async with app.client("sk_test") as c:
-        refused = [
-            await c.get(f"/v1/links/{theirs['id']}"),
-            await c.patch(f"/v1/links/{theirs['id']}", json={"title": "changed"}),
-            await c.delete(f"/v1/links/{theirs['id']}"),
-            await c.post("/v1/handoffs", json={"linkId": theirs["id"], "userId": "u-1"}),
-            await c.post("/v1/handoffs", json={"url": theirs["url"], "userId": "u-1"}),
-            await c.get(f"/v1/analytics/links/{theirs['id']}"),
-            await c.get(f"/v1/analytics/links/{theirs['id']}/funnel"),
-            await c.get("/v1/analytics/summary", params={"linkId": theirs["id"]}),
-            await c.delete("/v1/domains/go.theirs.example"),
-        ]
-    async with app.client("pk_test", **SDK) as c:
-        refused.append(await c.post("/v1/sdk/resolve",
-                                    json={"url": theirs["url"], "installId": new_install()}))
-    assert [r.status_code for r in refused] == [404] * len(refused)
-    assert all(_not_found(r) for r in refused)
+    await _all_refused(app, theirs, domain="go.theirs.example")
     async with app.client(theirs_key) as c:
         assert (await c.get(f"/v1/links/{theirs['id']}")).json()["title"] == "THEIRS"
         assert (await c.get("/v1/domains")).json()["custom"] == ["go.theirs.example"]
