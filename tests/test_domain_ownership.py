@@ -109,3 +109,24 @@ async def test_a_refused_body_is_its_400_under_a_used_key_on_every_settings_rout
             assert (await c.patch(path, json=good, headers=key)).status_code == 200
             again = await c.patch(path, json=bad, headers=key)
             assert again.status_code == 400, (path, again.text)
+
+
+async def test_a_project_adding_its_own_domain_back_keeps_its_links_there(app: App) -> None:
+    """Only a domain that changed hands gives its slugs up (README): the
+    project that removed its domain and added it back lost every link on it
+    (404), their slugs free for any new link."""
+    await app.services.store.set_plan(app.org_id, Plan.SCALE)
+    async with app.client("sk_test") as c:
+        assert (await c.post("/v1/domains", json={"domain": "go.a.example"})).status_code == 201
+        ln = (await c.post("/v1/links", json={"domain": "go.a.example", "slug": "summer",
+                                              "webFallbackUrl": "https://a.example/s"})).json()
+        assert (await c.delete("/v1/domains/go.a.example")).status_code == 200
+        assert (await c.post("/v1/domains", json={"domain": "go.a.example"})).status_code == 201
+        taken = await c.post("/v1/links", json={"domain": "go.a.example", "slug": "summer"})
+    assert taken.status_code == 400 and "is taken" in taken.json()["error"]["message"]
+    found = app.services.links.by_slug("go.a.example", "summer")
+    assert found is not None and found.id == ln["id"]
+    async with app.client(host="go.a.example", **{"user-agent": "Mozilla/5.0 (X11; Linux "
+                                                  "x86_64; rv:140.0) Gecko Firefox/140.0"}) as c:
+        r = await c.get("/summer")
+    assert r.status_code == 302 and r.headers["location"].startswith("https://a.example/s")

@@ -663,6 +663,26 @@ async def test_retention_purges_raw_events_and_keeps_aggregates(ev: Events) -> N
     assert (code, body) == (200, ok(1, 1))
 
 
+async def test_a_retention_below_one_day_keeps_raw_events_forever(ev: Events) -> None:
+    """README: ``SVC_EVENT_RETENTION_DAYS`` below 1 keeps raw events (and
+    their deduplication) forever; 1 keeps a day's."""
+    import attrs
+
+    from web.housekeeping import EVENTS_RETENTION, Housekeeper
+
+    sent = [event(at=ev.at()) for _ in range(3)]
+    assert (await ev.send(sent))[0] == 200
+    services = ev.app.services
+    now = services.clock.now_ms()
+    for days, later, left in ((0, 400 * DAY_MS, 3), (1, DAY_MS - 1_000, 3), (1, DAY_MS + 1, 0)):
+        services.config = attrs.evolve(services.config, event_retention_days=days)
+        _, job = Housekeeper(services).jobs[EVENTS_RETENTION]
+        await job(now + later)
+        assert len(await ev.exported_ids()) == left, (days, later)
+        if left:
+            assert (await ev.send([sent[0]]))[1] == ok(0, 1)  # still a duplicate
+
+
 async def test_purge_keeps_late_arrivals_for_their_whole_period(ev: Events) -> None:
     from storage.events_store import EventsStore
     from svc_engine.keys import Mode
