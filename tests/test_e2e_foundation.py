@@ -375,3 +375,45 @@ def test_only_serve_upgrades_a_data_dir_and_a_newer_one_is_refused_in_one_line(
     upgraded = server_factory(dest, bootstrap=False).start()  # serve upgrades it
     upgraded.stop()
     assert _schema_of(dest) == SCHEMA_VERSION
+
+
+def test_doctor_fails_on_one_failed_check_and_the_cli_keeps_what_it_is_asked(
+        tmp_path: os.PathLike[str]) -> None:
+    """README: `svc doctor` exits 1 on a failed check (one, among others
+    that pass: a data dir one schema ahead); `svc user create --role` gives
+    that role; `svc keys create --kind pk` makes a publishable key; a user
+    made without `--password` is told the one made for it."""
+    import lmdb
+
+    data = os.path.join(str(tmp_path), "d")
+    info = json.loads(_cli(data, "bootstrap", "--json").stdout)
+    pid, org = info["projectId"], info["organizationId"]
+    made = _cli(data, "user", "create", "--email", "m@example.com", "--org", org,
+                "--role", "marketer")
+    assert made.returncode == 0, made.stderr
+    shown = json.loads(made.stdout)
+    assert shown["role"] == "marketer" and len(shown["password"]) >= 16
+    given = json.loads(_cli(data, "user", "create", "--email", "d@example.com", "--org", org,
+                            "--password", "a-given-password-1").stdout)
+    assert given["role"] == "developer" and "password" not in given  # never echoed
+    pk = json.loads(_cli(data, "keys", "create", "--project", pid, "--kind", "pk",
+                         "--mode", "live", "--name", "app").stdout)
+    assert pk["key"].startswith("pk_live_")
+    from storage.lmdb_store import LmdbStore
+    store = LmdbStore(data)
+    try:
+        user = store.find_user("m@example.com")
+        assert user is not None
+        assert [m.role.value for m in store.memberships_of(user.id)] == ["marketer"]
+    finally:
+        store.close()
+    env = lmdb.open(data, max_dbs=128)
+    with env.begin(write=True) as txn:
+        meta = env.open_db(b"meta", txn=txn)
+        version = int(bytes(txn.get(b"schema_version", db=meta)))
+        txn.put(b"schema_version", str(version + 1).encode(), db=meta)
+    env.close()
+    doctor = _cli(data, "doctor", "--json")
+    verdicts = {f["check"]: f["verdict"] for f in json.loads(doctor.stdout)}
+    assert verdicts["schema"] == "fail" and "ok" in verdicts.values()
+    assert doctor.returncode == 1
