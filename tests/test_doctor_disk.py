@@ -117,3 +117,28 @@ def test_a_data_dir_others_may_read_is_a_warning_with_the_chmod(tmp_path: Path) 
     assert remedy == f"chmod 700 {data} && chmod 600 {data}/*.mdb {data}/network-keys"
     os.system(remedy)
     assert permissions()[0] == "ok"
+
+
+@pytest.mark.parametrize(("dir_mode", "file_mode", "verdict"), [
+    (0o700, 0o600, "ok"), (0o750, 0o640, "warn"), (0o710, 0o600, "warn"),
+    (0o700, 0o604, "warn")])
+def test_a_bit_for_the_group_is_a_warning_as_one_for_others(
+        dir_mode: int, file_mode: int, verdict: str) -> None:
+    from web.doctor import judge_modes
+    assert judge_modes("/d", {"": dir_mode, "data.mdb": file_mode}).verdict == verdict
+
+
+def test_every_status_still_to_be_sent_is_a_waiting_delivery(tmp_path: Path) -> None:
+    import cbor2
+    import lmdb
+
+    from web.doctor import _waiting_deliveries
+    env = lmdb.open(str(tmp_path / "w"), max_dbs=2)
+    db = env.open_db(b"deliveries")
+    with env.begin(write=True) as txn:
+        for i, status in enumerate(("Queued", "Sending", "Retrying", "Retrying", "Delivered",
+                                    "Failed")):
+            txn.put(b"%d" % i, cbor2.dumps({"status": status}), db=db)
+    with env.begin() as txn:
+        assert _waiting_deliveries(txn, db) == 4
+    env.close()

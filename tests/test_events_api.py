@@ -261,6 +261,12 @@ async def test_an_oversize_event_is_refused_and_the_rest_of_its_batch_kept(
     code, body, _ = await ev.send(batch, install=new_install())
     assert (code, error(body)) == (404, ("install_not_found", None))
     assert await ev.conversions() == 2 and rejected_total(ev.app) == 2
+    # README: the metric counts events refused, not batches holding some
+    two_bad = [event("c", at=ev.at()), event("big", at=ev.at(), blob="x" * 8200),
+               event("big", at=ev.at(), blob="y" * 8200)]
+    code, body, _ = await ev.send(two_bad, key="two-bad")
+    assert code == 200 and len(body["rejected"]) == 2
+    assert rejected_total(ev.app) == 4
 
 
 # --- deduplication and idempotency -------------------------------------------------------
