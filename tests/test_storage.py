@@ -759,6 +759,35 @@ def test_migration_9_indexes_custom_domains_by_project(tmp_path: os.PathLike[str
         s.close()
 
 
+def test_a_store_opened_without_upgrading_leaves_an_older_data_dir_as_it_was(
+        tmp_path: os.PathLike[str]) -> None:
+    """README: no command but `svc serve` changes an older store. The
+    refusal came, but after every missing database was made in it."""
+    import lmdb
+
+    from storage.schema import SchemaTooOld
+    path = os.path.join(str(tmp_path), "v8")
+    s = LmdbStore(path, map_size=16 << 20)
+    with s.env.begin(write=True) as txn:  # schema 8: no domains_by_project yet
+        txn.put(b"schema_version", b"8", db=s.db(b"meta"))
+        txn.drop(s.db(b"domains_by_project"), delete=True)
+    s.close()
+
+    def named() -> list[bytes]:
+        env = lmdb.open(path, max_dbs=128, readonly=True, lock=False)
+        try:
+            with env.begin() as txn:
+                return sorted(bytes(k) for k in txn.cursor().iternext(values=False))
+        finally:
+            env.close()
+
+    before = named()
+    assert b"domains_by_project" not in before
+    with pytest.raises(SchemaTooOld):
+        LmdbStore(path, map_size=16 << 20, upgrade=False)
+    assert named() == before
+
+
 async def test_a_counter_key_lmdb_cannot_take_fails_its_op_only(store: LmdbStore) -> None:
     """Counter deltas are written once for the whole batch: a key over LMDB's
     511 bytes failed that flush, and with it every write of the batch (503 for
