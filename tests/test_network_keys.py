@@ -262,9 +262,7 @@ async def test_a_wall_clock_stepped_forward_rotates_within_a_minute(
     clock stepped 12 hours forward (NTP setting a clock that started behind,
     a resume from suspend) left taps with no key, so no network hash, for
     hours, and the dropped keys in the file."""
-    from tests.test_housekeeping import SteppedClock
-
-    clock = SteppedClock()
+    clock = TrioWallClock()
     async with running_app(store, config, clock) as app:
         ring = app.services.network_keys
         first = dict(ring.keys.keys)
