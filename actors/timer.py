@@ -69,10 +69,10 @@ CAPACITY = 20_000
 """Deadlines held in memory: ~370 bytes each with a delivery id as ``ref``
 (~7 MB). A shrink sorts ~1.5 times this many (~25 ms on this kind of machine)."""
 STEP_MS = 1_000
-WATCH_S = 60
-"""While it holds deadlines the timer looks at the wall clock at least this often."""
 """A move of the clock's frame (wall minus trio time) larger than this is a
 step of the wall clock; smaller ones (NTP slewing) are followed as they come."""
+WATCH_S = 60
+"""While it holds deadlines the timer looks at the wall clock at least this often."""
 REFILL_CHUNK = 1_000
 """Deadlines read from the store per refill step (~3 ms), between which the
 timer fires what is due."""
@@ -152,8 +152,10 @@ class TimerActor:
 
     def _push(self, fire_at_ms: int, deadline: Deadline) -> None:
         longest = self._longest.get(deadline.kind)
-        if longest is not None and fire_at_ms - self._clock.now_ms() > longest:
-            fire_at_ms = self._clock.now_ms()  # planned before a step back: at once
+        if longest is not None:
+            now = self._clock.now_ms()
+            if fire_at_ms - now > longest:
+                fire_at_ms = now  # planned before a step back: at once
         self._known.add(deadline)
         self._seq += 1
         heapq.heappush(self._heap, (fire_at_ms, self._seq, deadline))

@@ -219,13 +219,18 @@ class Writer:
         self._failures = FailureLog(clock)
         self._ahead = ahead
         self._inline = inline
-        self.inline = inline  # read by the long reads (web/read_threads.py), for the same tests
         self._sync = sync if sync is not None else lambda: env.sync(True)
         self._send, self._recv = trio.open_memory_channel[Pending[Any]](capacity)
         self._max_batch = max_batch
         self._stats = WriterStats()
         self._closed = False
         self._thread = CommitThread()
+
+    @property
+    def inline(self) -> bool:
+        """Commits in the event loop's thread (module docstring); the long
+        reads follow it (web/read_threads.py), for the same tests."""
+        return self._inline
 
     def statistics(self) -> WriterStats:
         self._stats.queued = self._send.statistics().current_buffer_used

@@ -32,8 +32,8 @@ whose next deadline cannot be written is tried again a minute later. The
 deadlines are wall times; when the wall clock goes back, the timer keeps a
 planned run at its moment on the monotonic clock, and one read from the store
 more than its period ahead (planned before a step, then a restart) runs at
-once (actors/timer.py); the attribution sweep deletes
-taps dated ahead of now (storage/click_window_store.py ``AHEAD_MS``).
+once (actors/timer.py); the attribution sweep deletes taps dated ahead of now
+(storage/click_window_store.py ``AHEAD_MS``).
 """
 
 from __future__ import annotations
