@@ -80,14 +80,15 @@ async def test_full_mailbox_pushes_back() -> None:
 
 async def test_closed_mailbox_fails_queued_calls() -> None:
     box = Mailbox("t", 4)
-    async with trio.open_nursery() as n:
-        async def caller() -> None:
-            with pytest.raises(ActorFailed):
-                await box.call(lambda: None)
+    with trio.fail_after(5):  # a close that left the caller waiting fails here, not at the 120 s timeout
+        async with trio.open_nursery() as n:
+            async def caller() -> None:
+                with pytest.raises(ActorFailed):
+                    await box.call(lambda: None)
 
-        n.start_soon(caller)
-        await trio.testing.wait_all_tasks_blocked()
-        box.close()
+            n.start_soon(caller)
+            await trio.testing.wait_all_tasks_blocked()
+            box.close()
     with pytest.raises(ActorFailed):
         await box.call(lambda: None)
 

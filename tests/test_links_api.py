@@ -193,6 +193,20 @@ async def test_platforms_drive_association_files(app: App) -> None:
                    "sha256_cert_fingerprints": [":".join(["AB"] * 32)]}}]
 
 
+async def test_association_files_answer_head_and_only_reads(app: App) -> None:
+    """A HEAD (what a CDN or a checker may send first) gets the GET's status and
+    headers with no body; any other method finds no such file."""
+    async with app.client() as c:
+        for path in ("/.well-known/apple-app-site-association", "/.well-known/assetlinks.json"):
+            got = await c.get(path)
+            head = await c.head(path)
+            assert head.status_code == 200 and head.content == b""
+            assert head.headers["content-type"] == got.headers["content-type"] == "application/json"
+            assert head.headers["cache-control"] == "public, max-age=300"
+            assert (await c.post(path, content=b"{}")).status_code == 404
+        assert (await c.head("/.well-known/other.json")).status_code == 404
+
+
 async def test_custom_domain_serves_only_its_project(app: App) -> None:
     from web import tenancy
     await app.services.store.set_plan(app.org_id, Plan.SCALE)

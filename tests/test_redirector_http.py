@@ -5,16 +5,27 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
+import attrs
 import pytest
 import trio
 
 from svc_engine.attribution import Token
 from svc_engine.keys import Mode
-from svc_engine.platforms import Platforms
+from svc_engine.platforms import AndroidPlatform, IosPlatform, Platforms, WebPlatform
 from svc_engine.redirect import LandingPage, OgPage, Redirect, TokenPlacement
 from tests.conftest import App
 from tests.dashboard_webhook_support import make_endpoint
-from tests.test_redirect import ANDROID, DESKTOP, FULL, IPHONE, NO_APPS, TABLE
+from tests.test_redirect import (
+    ANDROID,
+    BARE,
+    DESKTOP,
+    FULL,
+    IPHONE,
+    NO_APPS,
+    PACKAGE,
+    STORE_ID,
+    TABLE,
+)
 
 UA = {
     "ios": "Mozilla/5.0 (iPhone; CPU iPhone OS 18_6 like Mac OS X) AppleWebKit/605.1.15 "
@@ -111,6 +122,27 @@ async def test_bots_and_head_are_never_counted(app: App) -> None:
     assert r.status_code == 302 and "svc_token" not in r.headers["location"]
     await app.flush()
     assert app.services.attribution.recent_clicks(app.project_id, "live") == []
+
+
+NO_WEB = attrs.evolve(FULL, web=WebPlatform())
+
+
+@pytest.mark.parametrize(("platforms", "has_apple", "has_google"), [
+    (NO_WEB, True, True), (attrs.evolve(NO_WEB, ios=IosPlatform()), False, True),
+    (attrs.evolve(NO_WEB, android=AndroidPlatform()), True, False), (BARE, False, False)])
+async def test_og_page_links_each_configured_store(app: App, platforms: Platforms,
+                                                   has_apple: bool, has_google: bool) -> None:
+    """The OG page a desktop with nowhere to go gets offers a "Get the app"
+    button for each store the project configured, and no other."""
+    await configure(app, platforms=platforms)
+    link = await make_link(app, ogTitle="Summer sale")
+    async with app.client(**{"user-agent": UA["desktop"]}) as c:
+        r = await c.get(f"/{link['slug']}")
+    assert r.status_code == 200 and 'content="Summer sale"' in r.text
+    apple = f'href="https://apps.apple.com/app/id{STORE_ID}"'
+    google = f'href="https://play.google.com/store/apps/details?id={PACKAGE}"'
+    assert (apple in r.text, google in r.text) == (has_apple, has_google)
+    assert ('aria-label="Get the app"' in r.text) == (has_apple or has_google)
 
 
 async def test_viber_in_app_browser_is_a_person_and_its_preview_fetcher_a_bot(app: App) -> None:
