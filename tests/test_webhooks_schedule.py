@@ -407,6 +407,36 @@ async def test_retries_survive_a_restart(store: LmdbStore, wconfig: Config,
     assert len(set(receiver.ids())) == 5 and len(receiver.hits) == 5 * 7
 
 
+async def test_an_event_after_the_rule_held_is_not_queued_before_its_check_runs(
+        store: LmdbStore, wconfig: Config, ca: tuple[trustme.CA, str],
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The streak met the rule while the service was down, and its check has
+    not run yet (its deadline lost, or held up behind a busy mailbox): the
+    first event after the restart finds the endpoint Off as of that moment and
+    is not queued for it (SPEC: events while Off are never queued)."""
+    clock = TrioWallClock()
+    async with running_receiver(ca[0], clock) as receiver:
+        receiver.respond = status(500)
+        async with running_app(store, wconfig, clock) as app:
+            ep, t0 = await failing_endpoint((app, receiver, clock), clicks=3)
+            await until(clock, t0 + 21 * HOUR)  # 21 failures, the first 21 h old
+            assert _endpoint(app, ep["id"]).health.state.value == "Failing"
+            keys: dict[str, Any] = app.keys
+        for d in store.load_deadlines():
+            if d.kind == "webhook_off_check":
+                await store.remove_deadline(d)
+        await until(clock, t0 + 30 * HOUR)
+        async with running_app(store, wconfig, clock) as again:
+            again.keys = keys
+            late = await emit(again, "click")
+            await until(clock, clock.now_ms() + HOUR)
+            health = _endpoint(again, ep["id"]).health
+            assert deliveries_of(again, late.id) == []
+    assert (health.state.value, health.off_reason, health.off_at_ms) == (
+        "Off", "automatic", t0 + DAY + 1)
+    assert len(receiver.hits) == 21
+
+
 async def test_a_manual_attempt_answered_before_a_restart_is_sent_after_it(
         store: LmdbStore, wconfig: Config, ca: tuple[trustme.CA, str],
         autojump_clock: trio.testing.MockClock) -> None:
