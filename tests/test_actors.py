@@ -80,7 +80,7 @@ async def test_full_mailbox_pushes_back() -> None:
 
 async def test_closed_mailbox_fails_queued_calls() -> None:
     box = Mailbox("t", 4)
-    with trio.fail_after(5):  # a close that left the caller waiting fails here, not at the 120 s timeout
+    with trio.fail_after(5):  # a close that left the caller waiting: fails here, not at 120 s
         async with trio.open_nursery() as n:
             async def caller() -> None:
                 with pytest.raises(ActorFailed):

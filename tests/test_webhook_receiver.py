@@ -70,7 +70,9 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
 
 
 def test_verified_delivery_is_printed_and_answered_200(listener: Listener) -> None:
-    body = b'{"id":"e-1","type":"click","data":{"n":1}}'
+    # Verified over the raw bytes as sent (SPEC: before parsing), which no
+    # re-encoding of the parsed JSON gives back: spaces, UTF-8 text.
+    body = '{"id": "e-1", "type": "conversion", "data": {"name": "café"}}'.encode()
     now = int(time.time())
     headers = signing.build_headers([OTHER, SECRET], "msg_1", now, body, "click")
     r = _post(listener.url, body, headers)

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from svc_engine import endpoint_health
 from svc_engine.errors import ValidationError
 from svc_engine.keys import Mode
+from svc_engine.webhook_delivery import Attempt, Delivery, DeliveryStatus
 from svc_engine.webhook_endpoint import SUBSCRIBABLE_EVENTS, EndpointFields
+from svc_engine.webhook_envelope import iso_utc_ms
 from svc_engine.webhook_records import (
     Endpoint,
     WebhookEvent,
@@ -25,7 +27,7 @@ from svc_engine.webhook_records import (
     turn_off,
     turn_on,
 )
-from svc_engine.webhook_views import endpoint_json
+from svc_engine.webhook_views import delivery_json, endpoint_json
 
 PID = "6f1c3a52-8f7e-4c1b-9a55-0c2d3e4f5a6b"
 EID = "0b8e7d6c-5a4b-4c3d-8e2f-1a0b9c8d7e6f"
@@ -171,3 +173,32 @@ def test_json_view_hides_the_secret_in_lists() -> None:
     shown = endpoint_json(turn_off(e, T0 + 1), with_secret=True)
     assert shown["secret"] == SECRET and shown["status"] == "Off"
     assert shown["health"]["offBy"] == "manual" and shown["health"]["offAt"]
+
+
+def test_json_view_times_a_failing_streak_from_its_first_failure() -> None:
+    """SPEC: Failing shows the count of consecutive failures and when the
+    streak began (not the last success, not the latest failure)."""
+    e = record_outcome(_endpoint(), True, T0 - HOUR)
+    for i in range(3):
+        e = record_outcome(e, False, T0 + i * HOUR)
+    health = endpoint_json(e, with_secret=False)["health"]
+    assert health["consecutiveFailures"] == 3
+    assert health["failingSince"] == iso_utc_ms(T0)
+    assert health["lastSuccessAt"] == iso_utc_ms(T0 - HOUR)
+
+
+def test_json_view_of_a_delivery_times_each_attempt_by_its_start() -> None:
+    """SPEC's delivery fields: each attempt's time and duration, and the last
+    attempt: the start of the newest one, not the delivery's creation."""
+    attempts = tuple(Attempt(number=n, trigger="scheduled", started_at_ms=T0 + (n - 1) * 60_010,
+                             duration_ms=250, status_code=500, kind="http_status",
+                             error="HTTP 500") for n in (1, 2))
+    d = Delivery(id=EID, endpoint_id=EID, event_id=PID, event_type="click", mode=Mode.TEST,
+                 status=DeliveryStatus.RETRYING, created_at_ms=T0 - 500, attempts=attempts,
+                 next_attempt_at_ms=T0 + 400_000)
+    view = delivery_json(d, _endpoint(), None)
+    assert [a["startedAt"] for a in view["attemptLog"]] == [iso_utc_ms(T0),
+                                                           iso_utc_ms(T0 + 60_010)]
+    assert [a["durationMs"] for a in view["attemptLog"]] == [250, 250]
+    assert view["lastAttemptAt"] == iso_utc_ms(T0 + 60_010)
+    assert view["createdAt"] == iso_utc_ms(T0 - 500)

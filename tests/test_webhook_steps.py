@@ -121,3 +121,15 @@ def test_retry_scale_shrinks_only_the_wait() -> None:
     after, _ = apply_answer(_sending(e), e, Answer(T0, T0 + 10, 500, None), 0.001)
     assert after.next_attempt_at_ms == T0 + 10 + 60
     assert attrs.evolve(after, next_attempt_at_ms=None).attempts[0].kind == "http_status"
+
+
+@pytest.mark.parametrize("bad", [
+    {"at": 10**17},  # past the envelope's last representable time: ValidationError
+    {"data": {"when": object()}},  # nothing JSON can carry: TypeError from the encoder
+], ids=["time", "data"])
+def test_an_event_no_envelope_can_carry_is_skipped_not_raised(bad: dict[str, Any]) -> None:
+    """Such an event fans out to nothing: raising would stop the dispatcher at
+    it, and every later event would wait behind it."""
+    endpoints = [_endpoint(1)]
+    assert fan_out(_event(**bad), endpoints, T0 + 9, _ids(), _encode) is None
+    assert fan_out(_event(), endpoints, T0 + 9, _ids(), _encode) is not None

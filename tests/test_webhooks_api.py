@@ -18,8 +18,9 @@ from svc_engine.config import Config
 from svc_engine.keys import Mode
 from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.plans import Plan
-from svc_engine.webhook_delivery import Delivery
+from svc_engine.webhook_delivery import Delivery, DeliveryStatus
 from tests.conftest import App
+from tests.dashboard_webhook_support import actor, make_delivery, make_endpoint
 from tests.webhook_receiver_fixture import (
     Receiver,
     add_endpoint,
@@ -248,6 +249,24 @@ async def test_below_growth_cannot_list_or_receive(app: App, receiver: Receiver)
         await trio.sleep(0.2)
         assert deliveries_of(app, event.id) == [] and receiver.hits == []
         assert (await c.delete(f"{EP}/{ep['id']}")).json()["deleted"] is True
+
+
+async def test_below_growth_a_delivery_is_neither_read_nor_sent_again(app: App) -> None:
+    """Deliveries made before a downgrade: reading one, Retry and Resend are
+    403 ``forbidden`` below Growth (SPEC: webhooks need the Growth plan), and
+    the refusal leaves each delivery as it was."""
+    ep = await make_endpoint(app)
+    failed = await make_delivery(app, ep, DeliveryStatus.FAILED)
+    delivered = await make_delivery(app, ep, DeliveryStatus.DELIVERED)
+    await app.services.store.set_plan(app.org_id, Plan.STARTER)
+    async with app.client("sk_test") as c:
+        for r in (await c.get(f"{DL}/{failed.id}"), await c.post(f"{DL}/{failed.id}/retry"),
+                  await c.post(f"{DL}/{delivered.id}/resend")):
+            assert _error(r) == (403, "forbidden")
+            assert "Growth" in r.json()["error"]["message"]
+    tables = actor(app).tables
+    assert tables.delivery(failed.id) == failed
+    assert tables.delivery(delivered.id) == delivered
 
 
 async def test_disable_enable_and_test_while_off(app: App, receiver: Receiver) -> None:

@@ -367,6 +367,25 @@ async def test_history_is_purged_after_30_days(
     assert app.services.webhooks.statistics().purged == 1
 
 
+async def test_one_sweep_purges_every_expired_delivery_batch_by_batch(
+        world: World, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """More expired deliveries than a batch (5,000 a write; 3 here): the sweep
+    goes on to the next batch, so a busy service never falls behind its
+    30 days of history."""
+    monkeypatch.setattr("actors.webhook_history.PURGE_BATCH", 3)
+    app, receiver, clock = world
+    await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    old = [await emit(app, "click") for _ in range(7)]
+    await until(clock, t0 + 30 * DAY - 1)
+    assert all(len(deliveries_of(app, e.id)) == 1 for e in old)
+    await until(clock, t0 + 30 * DAY + HOUR)  # one sweep after their 30 days
+    assert [e.id for e in old if deliveries_of(app, e.id)] == []
+    assert app.services.webhooks is not None
+    assert app.services.webhooks.statistics().purged == 7
+
+
 async def test_retries_survive_a_restart(store: LmdbStore, wconfig: Config,
                                          ca: tuple[trustme.CA, str],
                                          autojump_clock: trio.testing.MockClock,
