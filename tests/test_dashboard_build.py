@@ -217,7 +217,13 @@ async def test_probabilistic_matching_without_a_country_source_is_flagged(
       "it wins over the Play Store"]),
     ({"webFallbackTokens": True}, {"webFallbackUrl": "https://x.test/w"}, "desktop", "",
      ["302 redirect to the link's web fallback URL", "Target https://x.test/w",
-      "added to the URL's query (svc_token=…)"]),
+      "added to the URL's query (svc_token=…)", "with svc_token (webFallbackTokens)"]),
+    ({}, {"webFallbackUrl": "https://x.test/w"}, "desktop", "",
+     ["302 redirect to the link's web fallback URL", "Token None",
+      "without svc_token (webFallbackTokens)"]),
+    ({"probabilisticMatching": True}, {}, "android", "",
+     ["302 redirect to the Play Store listing", "Not in the window",
+      "!the probabilistic window"]),  # iOS only (SECURITY.md): not a word of it on Android
     ({}, {}, "desktop", "", ["A plain page with the link's title and store buttons",
                              "No web fallback on the link or the project"]),
     ({}, {}, "bot", "", ["A preview page with the link's Open Graph tags", "Not counted",
@@ -235,8 +241,8 @@ async def test_simulate_a_tap_writes_nothing(app: App, settings: dict[str, objec
                     f"&ios={ios}")
     assert r.status_code == 200
     page = text(r.text)
-    for phrase in expect:
-        assert phrase in page, phrase
+    for phrase in expect:  # "!": a phrase the page must not say
+        assert (phrase[1:] not in page) if phrase.startswith("!") else (phrase in page), phrase
     await app.flush()
     assert rows_written(app) == before
     await m.aclose()

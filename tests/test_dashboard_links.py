@@ -9,6 +9,7 @@ import logging
 import re
 import threading
 import uuid
+from datetime import date
 from html.parser import HTMLParser
 from typing import Any
 
@@ -18,13 +19,15 @@ import pytest
 import segno
 from werkzeug.datastructures import MultiDict
 
+from actors.clock import TrioWallClock
 from storage import layout, links_store
 from storage.analytics_store import AnalyticsStore
 from storage.codec import encode
 from svc_engine.errors import DestinationBlocked, ValidationError
 from svc_engine.ids import new_id
 from svc_engine.keys import Mode
-from svc_engine.links import iso_utc, new_link, parse_link_create
+from svc_engine.link_input import parse_link_update
+from svc_engine.links import apply_link_patch, iso_utc, new_link, parse_link_create
 from svc_engine.plans import Plan
 from svc_engine.records import Role
 from tests.conftest import App
@@ -215,6 +218,23 @@ async def test_form_errors_keep_the_input_and_mark_the_field(
     assert f'aria-describedby="f-{field}-error' in r.text
     assert 'value="Kept title"' in r.text
     assert app.services.links.list(app.project_id, "test").links == []
+    await m.aclose()
+
+
+async def test_a_refused_edit_keeps_what_was_typed_and_saves_nothing(app: App) -> None:
+    ln = await api_link(app, title="Old title", campaign="old")
+    m = await signed_in(app, owner(app))
+    r = await post_form(m, f"/dashboard/links/{ln['id']}/edit", [
+        ("path", "/typed"), ("title", "Typed title"), ("campaign", "typed"),
+        ("iosFallbackUrl", "ftp://example.com")])
+    assert r.status_code == 400
+    assert "iOS fallback URL must be an absolute http or https URL" in r.text
+    for typed in ('value="/typed"', 'value="Typed title"', 'value="typed"',
+                  'value="ftp://example.com"'):
+        assert typed in r.text
+    assert 'value="Old title"' not in r.text
+    _, body = await api_get(app, ln["id"])
+    assert (body["path"], body["title"], body["campaign"]) == ("/p", "Old title", "old")
     await m.aclose()
 
 
@@ -538,6 +558,32 @@ async def test_link_page_charts_clicks_funnel_methods_countries_referrers(app: A
     await m.aclose()
 
 
+async def test_each_span_counts_exactly_its_days(app: App) -> None:
+    """"7 days" is today and the 6 days before; "Clicks 30 d" in the list and
+    the link page's 30 and 90 days count that many days, to the day."""
+    ln = await api_link(app, title="Dated")
+    clock = app.services.clock
+    assert isinstance(clock, TrioWallClock)
+    day = 24 * HOUR_MS
+    for days_ago in (0, 6, 7, 29, 30, 89, 90):
+        clock.offset_ms = -days_ago * day
+        async with app.client(**{"user-agent": ANDROID_UA}) as c:
+            assert (await c.get(f"/{ln['slug']}")).status_code == 200  # counted: a person
+    clock.offset_ms = 0
+    await app.flush()
+    m = await signed_in(app, owner(app))
+    for days, clicks in ((7, 2), (30, 4), (90, 6)):
+        page = (await m.get(f"/dashboard/links/{ln['id']}?days={days}")).text
+        tiles = re.findall(r'<span class="stat-label">Clicks</span>'
+                           r'<span class="stat-value">(\d+)', page)
+        assert tiles == [str(clicks)], days
+    listing = (await m.get("/dashboard/links")).text
+    assert re.search(r'class="num cell-clicks">4<', listing[listing.index("Dated"):])
+    await m.aclose()
+    span = views_links.last_days(clock.now_ms(), 30)
+    assert (date.fromisoformat(span.last) - date.fromisoformat(span.first)).days == 29
+
+
 async def test_link_page_reads_its_analytics_in_a_worker_thread(
         app: App, monkeypatch: pytest.MonkeyPatch) -> None:
     """A long tail of referrer hosts is 100,000s of counter rows: the page
@@ -606,6 +652,24 @@ def test_form_round_trip_of_a_link() -> None:
     changed = update_body(from_form(submitted), link)
     assert changed["expiresAt"] == "2099-05-06T07:09:00Z" and changed["params"] == {"k": "v"}
     assert create_body(LinkForm({"path": " "})) == {"path": "/"}
+
+
+def test_saving_an_edit_form_unchanged_changes_no_field() -> None:
+    """The edit form carries every field of the link: saved as shown, the
+    PATCH it makes leaves the link as it was (a field the form forgot would
+    go out empty, as null, and wipe the stored value)."""
+    now = 1_700_000_000_000
+    body = {k: v for k, v in FULL_FORM.items() if k not in ("tags", "slug", "domain")}
+    draft = parse_link_create({**body, "tags": ["shoes", "q2"], "params": {"k": 1, "b": True},
+                               "expiresAt": "2099-01-31T12:30:00Z"},
+                              allow_custom_slug=False, now_ms=now)
+    link = new_link(draft, link_id=str(uuid.uuid4()), project_id=str(uuid.uuid4()),
+                    mode=Mode.TEST, domain="d.test", slug="s", now_ms=now)
+    patch = update_body(from_link(link), link)
+    saved = apply_link_patch(link, parse_link_update(patch, now_ms=now + 1), now_ms=now + 1)
+    assert attrs.evolve(saved, updated_at_ms=link.updated_at_ms) == link
+    assert all(getattr(link, f.name) not in (None, (), {}) for f in attrs.fields(type(link))
+               if f.name not in ("deleted",))  # every field was set: none could hide
 
 
 def test_saving_an_edit_form_unchanged_keeps_a_tag_with_a_comma() -> None:

@@ -87,11 +87,17 @@ async def test_the_page_lists_every_kind_of_event_newest_first(app: App) -> None
 
 async def test_the_poll_answers_what_came_since(app: App) -> None:
     ln = await setup(app)
+    before = app.services.clock.now_ms()
     await tap(app, ln["slug"])
     await app.flush()
     m = await signed_in(app, owner(app))
     first = await poll(m, after=0)
     assert [k.split(":")[0] for k in first["keys"]] == ["click"]
+    # an event committed after a newer one the page shows: a poll reads back
+    # LAG_MS (10 s) before the newest time it has, and no further
+    assert (await poll(m, after=before + 9_000))["keys"] == first["keys"]
+    done = app.services.clock.now_ms()
+    assert (await poll(m, after=done + 11_000))["keys"] == []
     assert first["workspace"] == f"{app.project_id}:test"
     assert first["html"].count("<tr data-key=") == 1 and "iOS 26" in first["html"]
     # later: the same click is within the lag window, a new one is added

@@ -89,6 +89,10 @@ async def test_what_is_made_in_live_mode_is_live(app: App) -> None:
         links = app.services.links
         assert [ln.path for ln in links.list(app.project_id, "live").links] == ["/made-in-live"]
         assert links.list(app.project_id, "test").links == []
+        async with app.client("sk_test") as c:
+            assert (await c.post("/v1/links", json={"path": "/made-in-test"})).status_code == 201
+        listed = (await m.get("/dashboard/links")).text  # the mode's links, not the other's
+        assert "/made-in-live" in listed and "/made-in-test" not in listed
         await m.post("/dashboard/settings/webhooks/new",
                      {"url": "https://localhost:9/live-hook", "events": "click"})
         tables = tables_of(dashboard_of(app))

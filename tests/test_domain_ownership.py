@@ -15,6 +15,8 @@ from storage.lmdb_store import LmdbStore
 from svc_engine.config import Config
 from svc_engine.plans import Plan
 from tests.conftest import App, running_app
+from tests.dashboard_support import owner, signed_in
+from tests.test_dashboard_links import post_form
 from tests.test_platforms import apple_matches
 from web import tenancy
 
@@ -45,6 +47,21 @@ async def test_no_link_on_another_project_s_domain(app: App) -> None:
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_domain"
         assert (await c.get("/v1/links")).json()["data"] == []
     assert app.services.links.domain_owner("go.a.example") == app.project_id
+
+
+async def test_no_dashboard_link_on_another_project_s_domain(app: App) -> None:
+    """The dashboard's form follows the API's rule: its project's domains or
+    the service's own, never another project's."""
+    theirs = await _second_project(app)
+    async with app.client(theirs["sk_test"]) as c:
+        assert (await c.post("/v1/domains", json={"domain": "go.b.example"})).status_code == 201
+    m = await signed_in(app, owner(app))
+    r = await post_form(m, "/dashboard/links/new",
+                        [("path", "/p"), ("slug", "hijack"), ("domain", "go.b.example")])
+    await m.aclose()
+    assert r.status_code == 400 and "go.b.example is not a domain of this project" in r.text
+    assert app.services.links.by_slug("go.b.example", "hijack") is None
+    assert app.services.links.list(app.project_id, "test").links == []
 
 
 async def test_the_service_s_host_without_its_port_cannot_be_claimed(
