@@ -98,6 +98,16 @@ async def test_non_json_content_type_is_415(app: App) -> None:
     assert r.status_code == 415
 
 
+@pytest.mark.parametrize("ctype", ["Application/JSON", "application/json; charset=UTF-8",
+                                   "APPLICATION/JSON ; charset=utf-8",
+                                   "application/vnd.example+json"])
+async def test_json_media_types_are_matched_without_case(app: App, ctype: str) -> None:
+    """RFC 9110: a media type's name is case-insensitive, and parameters follow."""
+    async with app.client("sk_test", **{"content-type": ctype}) as c:
+        r = await c.patch("/v1/deferred/settings", content=b'{"iosLandingPage": true}')
+    assert r.status_code == 200, r.text
+
+
 async def test_an_encoded_body_is_415_not_invalid_json(app: App) -> None:
     import gzip
 
@@ -246,6 +256,19 @@ async def test_wrong_method_is_json_405_with_allow(app: App) -> None:
         r = await c.delete("/v1/deferred/settings")
     assert _error(r) == (405, "method_not_allowed")
     assert r.headers["allow"] == "GET, PATCH"
+
+
+async def test_head_on_an_api_read_is_its_get_without_a_body(app: App) -> None:
+    """RFC 9110: a server supports HEAD wherever it supports GET; the API's
+    reads answer it with the GET's status and headers (a pattern route too)."""
+    async with app.client("sk_test") as c:
+        link = (await c.post("/v1/links", json={"path": "/h"})).json()
+        for path in ("/v1/openapi.json", "/v1/deferred/settings", f"/v1/links/{link['id']}"):
+            got, head = await c.get(path), await c.head(path)
+            assert (head.status_code, head.content) == (200, b""), path
+            assert head.headers["content-type"] == got.headers["content-type"], path
+            assert head.headers["content-length"] == str(len(got.content)), path
+        assert (await c.head("/v1/nothing/here")).status_code == 404
 
 
 async def test_healthz(app: App) -> None:

@@ -4,6 +4,7 @@ graceful shutdown, the CLI, and logs without client addresses."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 
 import pytest
 
+from tests.conftest import App
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
@@ -89,6 +91,28 @@ def test_each_unprintable_character_of_a_path_is_escaped_in_the_log(path: str) -
     logged = loggable(path)
     assert logged.isprintable() and logged.isascii()
     assert logged.encode().decode("unicode_escape") == path
+
+
+@pytest.mark.parametrize("error", ["service", "bug"])
+async def test_a_path_cannot_forge_the_error_line_of_a_failed_request(
+        app: App, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        error: str) -> None:
+    """A request that fails with a 5xx (an error of the service's, or a bug)
+    is logged with its path, escaped as in the access line: one request, one
+    line."""
+    from svc_engine.errors import SvcError
+
+    async def failing(req: object) -> object:
+        raise SvcError("boom") if error == "service" else RuntimeError("boom")
+
+    monkeypatch.setattr(app.front.redirector, "handle", failing)
+    caplog.set_level(logging.ERROR)
+    async with app.client() as c:
+        r = await c.get("/x%0a2026-11-27 10:20:45,829 ERROR svc forged")
+    assert r.status_code == 500
+    [line] = [rec.getMessage() for rec in caplog.records
+              if "boom" in rec.getMessage() or rec.exc_info]
+    assert "\n" not in line and "GET /x\\n2026-11-27" in line, line
 
 
 def test_a_path_cannot_forge_or_break_an_access_line(server_factory: type[ServerProcess]

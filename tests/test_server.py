@@ -887,6 +887,29 @@ async def test_the_request_reads_a_handed_over_body_with_its_limit() -> None:
         await Request(scope, never).body(4)
 
 
+async def test_a_streamed_body_of_exactly_the_limit_is_read() -> None:
+    """A body that arrives after its head, in pieces, with its Content-Length:
+    exactly the limit is read whole (SVC_MAX_BODY_BYTES: larger is 413), one
+    byte over is refused before any of it is read."""
+    from svc_engine.errors import PayloadTooLarge
+    from web.http import Request
+
+    def streamed(size: int) -> Request:
+        pieces = [b"a" * (size // 2), b"b" * (size - size // 2)]
+
+        async def receive() -> dict[str, Any]:
+            body = pieces.pop(0)
+            return {"type": "http.request", "body": body, "more_body": bool(pieces)}
+
+        scope = {"method": "POST", "path": "/",
+                 "headers": [(b"content-length", str(size).encode())]}
+        return Request(scope, receive)
+
+    assert await streamed(1024).body(1024) == b"a" * 512 + b"b" * 512
+    with pytest.raises(PayloadTooLarge):
+        await streamed(1025).body(1024)
+
+
 async def test_hundreds_of_requests_pipelined_in_one_write_are_all_answered(
         served: Any) -> None:
     _, _, connect, _ = served

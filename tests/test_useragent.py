@@ -20,6 +20,7 @@ import pytest
 from svc_engine.redirect import Client, Platform
 from web.useragent import (
     IN_APP_BROWSER_NAMES,
+    PREVIEW_CRAWLERS,
     USER_AGENT_MAX,
     classified,
     classify,
@@ -232,6 +233,30 @@ def test_every_listed_crawler_example_is_a_bot() -> None:
     assert len(examples) > 1000
     missed = [ua for ua in examples if not is_bot(ua)]
     assert missed == []
+
+
+# Written out (not PREVIEW_CRAWLERS itself): a name dropped from the list fails here.
+PREVIEW_FETCHERS = (
+    "Slackbot", "Slack-ImgProxy", "facebookexternalhit", "Facebot", "meta-externalagent",
+    "Twitterbot", "WhatsApp", "TelegramBot", "Discordbot", "LinkedInBot", "Googlebot",
+    "Google-PageRenderer", "Applebot", "SkypeUriPreview", "Pinterestbot", "redditbot",
+    "Embedly", "Iframely", "Bluesky Cardyb", "Mastodon", "Snap URL Preview", "vkShare",
+    "line-poker", "KakaoTalk-Scrap", "Yahoo Link Preview", "Bitlybot", "MicrosoftPreview",
+)
+
+
+def test_the_written_out_fetchers_are_the_list() -> None:
+    assert {n.rstrip("/") for n in PREVIEW_CRAWLERS} == set(PREVIEW_FETCHERS)
+
+
+@pytest.mark.parametrize("name", PREVIEW_FETCHERS)
+def test_each_named_preview_crawler_is_a_bot_on_its_own(name: str) -> None:
+    """A fetcher sending just its name and a version (``Pinterestbot/1.0``),
+    or its name after a browser's words, gets the preview page and is not
+    counted, whether or not the maintained list knows it."""
+    for ua in (f"{name}/1.0", f"Mozilla/5.0 (compatible; {name}/2.1; +https://example.com/bot)"):
+        assert is_bot(ua), ua
+        assert classify(ua).is_bot, ua
 
 
 def test_people_agree_with_the_maintained_list() -> None:
