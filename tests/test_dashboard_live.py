@@ -229,3 +229,33 @@ async def test_live_and_the_debugger_show_only_links_of_their_project_and_mode(
     assert replay is not None
     detail = (await m.get(replay.group(1).replace("&amp;", "&"))).text
     assert "The link was deleted." in detail
+
+
+async def test_a_conversion_sent_late_still_shows_and_its_revenue_as_written(app: App) -> None:
+    """The SDK sends queued events late (offline, in the background): a poll
+    shows an event received since it that occurred up to 10 minutes earlier
+    (LATE_EVENT_MS), not one older; revenue is shown as its decimal, never in
+    exponent form."""
+    ln = await setup(app)
+    install = new_install()
+    async with app.client("pk_test", **SDK) as c:
+        assert (await c.post("/v1/sdk/init", json=init_body(install, "android"))
+                ).status_code == 200
+    await app.flush()
+    m = await signed_in(app, owner(app))
+    now = app.services.clock.now_ms()
+    first = await poll(m, after=now)
+    late, too_late = str(uuid.uuid4()), str(uuid.uuid4())
+    async with app.client("pk_test", **SDK) as c:
+        r = await c.post("/v1/sdk/events", json={"installId": install, "events": [
+            {"id": late, "name": "purchase", "linkId": ln["id"],
+             "occurredAt": iso_utc(now - 2 * 60_000),
+             "properties": {"revenue": 0.0000001, "currency": "USD"}},
+            {"id": too_late, "name": "purchase", "occurredAt": iso_utc(now - 11 * 60_000)}]})
+        assert r.status_code == 200, r.text
+    await app.flush()
+    second = await poll(m, after=now, im=first["im"])
+    shown = {ident for _, ident in ROW_KEY.findall(second["html"])}
+    assert late in shown and too_late not in shown, second["keys"]
+    assert "0.0000001" in second["html"] and "1E-7" not in second["html"]
+    await m.aclose()

@@ -109,9 +109,10 @@ def test_token_matches_only_the_bearer_token(header: str | None, ok: bool) -> No
 def test_a_short_or_spaced_token_is_refused_at_start() -> None:
     assert load({"SVC_METRICS_TOKEN": TOKEN}, {}).metrics_token == TOKEN
     assert load({"SVC_METRICS_TOKEN": ""}, {}).metrics_token is None
-    for bad in ("short", "sixteen chars ok but spaced"):
+    for bad in ("short", "x" * 15, "sixteen chars ok but spaced"):  # README: 16+ characters
         with pytest.raises(ValidationError, match="SVC_METRICS_TOKEN"):
             load({"SVC_METRICS_TOKEN": bad}, {})
+    assert load({"SVC_METRICS_TOKEN": "x" * 16}, {}).metrics_token == "x" * 16
     assert TOKEN not in repr(load({"SVC_METRICS_TOKEN": TOKEN}, {}))
 
 

@@ -116,6 +116,14 @@ def test_config_precedence_and_parsing() -> None:
     ({"SVC_MAP_SIZE": "1e9T"}, "SVC_MAP_SIZE"),  # past what LMDB can take
     ({"SVC_WEBHOOK_RETRY_SCALE": "inf"}, "SVC_WEBHOOK_RETRY_SCALE"),
     ({"SVC_WEBHOOK_ALLOW_CIDRS": "10.0.0.0/8,notacidr"}, "SVC_WEBHOOK_ALLOW_CIDRS"),
+    # a public origin: no query (every short link would carry it), no user info
+    ({"SVC_PUBLIC_URL": "https://go.example.com/?a=b"}, "SVC_PUBLIC_URL"),
+    ({"SVC_PUBLIC_URL": "https://admin:pw@go.example.com"}, "SVC_PUBLIC_URL"),
+    ({"SVC_PUBLIC_URL": "https://go.example.com/#x"}, "SVC_PUBLIC_URL"),
+    ({"SVC_MAX_BODY_BYTES": "0"}, "SVC_MAX_BODY_BYTES"),  # every body a 413
+    ({"SVC_RATE_LIMIT_PER_CLIENT": "-1"}, "SVC_RATE_LIMIT_PER_CLIENT"),  # 0 is "off"
+    ({"SVC_RATE_LIMIT_PER_KEY": "-1"}, "SVC_RATE_LIMIT_PER_KEY"),
+    ({"SVC_EVENT_RETENTION_DAYS": "-1"}, "SVC_EVENT_RETENTION_DAYS"),
 ])
 def test_a_value_a_setting_cannot_take_is_refused_naming_it(env: dict[str, str],
                                                             named: str) -> None:
