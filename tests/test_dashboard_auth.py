@@ -191,6 +191,22 @@ async def test_sign_in_throttle_per_email_and_per_client(app: App) -> None:
     assert throttle.retry_after(OWNER_EMAIL, "10.0.0.9", now + 15 * 60_000) == 0
 
 
+async def test_right_passwords_under_any_spelling_of_the_address_are_never_throttled(
+        app: App) -> None:
+    """Each attempt counts until its password is checked; a right one takes
+    the e-mail's count back under the address, however it was typed (the
+    count is kept under the address in its one form)."""
+    spelled = OWNER_EMAIL.upper()
+    for _ in range(7):
+        async with browser(app) as c:
+            token = csrf_of((await c.get("/dashboard")).text)
+            r = await c.post("/dashboard/sign-in", data={"csrf": token, "email": spelled,
+                                                          "password": password_of(app)})
+            assert r.status_code == 303, r.status_code
+    now = app.services.clock.now_ms()
+    assert dashboard_of(app).throttle.retry_after(OWNER_EMAIL, "10.0.0.9", now) == 0
+
+
 async def test_attempts_sent_together_are_all_counted(app: App) -> None:
     """Each password check takes a while (in a thread): attempts sent at once
     used to pass the throttle together before any failure was counted. Of 12

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -49,6 +50,38 @@ def test_idempotent_replay_survives_restart(server_factory: type[ServerProcess])
         conflict = c.patch("/v1/deferred/settings", json={"webFallbackTokens": False})
     assert replay.content == first.content and replay.headers["idempotent-replayed"] == "true"
     assert conflict.status_code == 409
+
+
+async def test_a_stop_commits_every_write_still_queued(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README, Stopping: SIGTERM commits what is queued, then closes the store.
+    Thousands of lazy writes (the clicks behind redirects, answered before
+    their commit) are still queued when serving ends: every one is stored."""
+    import trio
+
+    from actors.clock import SystemClock
+    from storage.lmdb_store import LmdbStore
+    from svc_engine.config import Config
+    from web import main
+
+    queued = 2_000
+
+    async def serve_then_stop(config: Config, store: LmdbStore, *args: Any) -> None:
+        db = store.db(b"meta")
+        for i in range(queued):
+            def op(txn: Any, i: int = i) -> None:
+                txn.put(b"queued-%05d" % i, b"1", db=db)
+            await store.submit(op, lazy=True)  # answered: not waited for
+
+    monkeypatch.setattr(main, "_serve_with_store", serve_then_stop)
+    data = str(tmp_path / "data")
+    await main._serve_data(Config(data_dir=data, map_size=64 << 20), SystemClock(), False,
+                           trio.Event(), None)
+    store = LmdbStore(data, map_size=64 << 20)
+    try:
+        assert sum(store.meta(f"queued-{i:05d}") is not None for i in range(queued)) == queued
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

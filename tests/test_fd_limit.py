@@ -75,3 +75,23 @@ def test_a_low_hard_limit_lowers_the_cap_with_a_warning(server_factory: Any) -> 
     logs = srv.logs()
     assert "leaves room for 216 connections, not SVC_MAX_CONNECTIONS=1024" in logs
     assert f"LimitNOFILE={1024 + OTHER_FDS}" in logs
+
+
+def test_a_refused_raise_fits_the_cap_to_the_limit_it_has(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A container may forbid raising the soft limit even under the hard one:
+    the service then serves with the connections its soft limit leaves room
+    for, and says so, rather than promising 1,024 with 512 descriptors."""
+    from web import fd_limit
+
+    def refuse(which: int, limits: tuple[int, int]) -> None:
+        raise ValueError("not allowed")
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (512, 65_536))
+    monkeypatch.setattr(resource, "setrlimit", refuse)
+    caplog.set_level("WARNING")
+    cap = fd_limit.make_room(1_024)
+    assert cap == 512 - OTHER_FDS
+    assert any("could not raise the open-file limit from 512" in r.getMessage()
+               for r in caplog.records)
+    assert any(f"serving with {cap}" in r.getMessage() for r in caplog.records)

@@ -33,6 +33,11 @@ def test_a_second_serve_of_one_data_dir_exits_and_the_first_serves_on(
     assert first.stop() == 0
     again = server_factory(data, bootstrap=False).start()  # released on a clean stop
     assert httpx.get(f"{again.url}/healthz").status_code == 200
+    assert again.proc is not None
+    refused = _second_serve(data)  # names the serving pid, not those before it
+    assert refused.returncode == 1
+    [line] = [ln for ln in refused.stderr.splitlines() if "another svc serve" in ln]
+    assert f"(pid {again.proc.pid}) is serving" in line, refused.stderr
     again.kill()
     after_kill = server_factory(data, bootstrap=False).start()  # and when killed
     assert httpx.get(f"{after_kill.url}/healthz").status_code == 200

@@ -438,6 +438,42 @@ def test_a_data_file_cut_short_is_refused_before_it_is_mapped(
                for f in diagnose(whole, 0, 64 << 20))
 
 
+def test_a_data_file_one_page_or_one_byte_short_is_refused_and_a_whole_one_opens(
+        tmp_path: os.PathLike[str]) -> None:
+    """At the edge: the store needs its last page in use whole (SIGBUS on
+    reading it otherwise); a file of exactly that length opens."""
+    from storage.data_file import cut_short
+
+    whole = os.path.join(str(tmp_path), "whole")
+    s = LmdbStore(whole, map_size=64 << 20)
+    with s.env.begin(write=True) as txn:
+        for i in range(2_000):
+            txn.put(b"k%06d" % i, b"v" * 100, db=s.db(b"meta"))
+    need = (s.env.info()["last_pgno"] + 1) * s.env.stat()["psize"]  # LMDB's own word
+    s.close()
+    with open(os.path.join(whole, "data.mdb"), "rb") as f:
+        data = f.read()
+
+    def copy_of(size: int) -> str:
+        path = os.path.join(str(tmp_path), f"cut-{size}")
+        os.makedirs(path)
+        with open(os.path.join(path, "data.mdb"), "wb") as dst:
+            dst.write(data[:size])
+        return path
+
+    assert need <= len(data)
+    for size in (need - 4096, need - 1):
+        with pytest.raises(StoreDamaged, match=f"data.mdb is {size:,} bytes"):
+            LmdbStore(copy_of(size), map_size=64 << 20)
+    exact = copy_of(need)
+    assert cut_short(exact) is None
+    opened = LmdbStore(exact, map_size=64 << 20)
+    try:
+        assert opened.meta("k001999") == b"v" * 100
+    finally:
+        opened.close()
+
+
 def test_a_map_the_process_cannot_reserve_is_a_clear_error(tmp_path: os.PathLike[str]) -> None:
     with pytest.raises(MapUnavailable, match="SVC_MAP_SIZE asks for 1,048,576 TiB"):
         LmdbStore(os.path.join(str(tmp_path), "huge"), map_size=1 << 60)

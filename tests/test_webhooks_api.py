@@ -467,6 +467,33 @@ async def test_one_event_id_in_two_modes_sends_each_its_own_body(
         ("live", "live_purchase"), ("test", "test_purchase")]
 
 
+async def test_one_event_id_in_two_projects_sends_each_its_own_body(
+        app: App, receiver: Receiver) -> None:
+    """The same for two projects in one mode: another project's app may send the
+    same conversion id, and its receiver must never get this project's event."""
+    await app.services.store.set_plan(app.org_id, Plan.SCALE)
+    other, theirs = await tenancy.create_project(app.services.store, app.org_id, "Other",
+                                                 system_random, app.services.clock.now_ms())
+    await add_endpoint(app, receiver.url + "?mine", events=["conversion"])
+    await add_endpoint(app, receiver.url + "?theirs", key=theirs["sk_test"],
+                       events=["conversion"])
+    event_id = "2f0e7c0e-5d1a-4a51-9a55-3c1f4c1d0b2e"
+    for project_id, name in ((app.project_id, "mine"), (other.id, "theirs")):
+        event = OutboxEvent(id=event_id, type=EventType.CONVERSION, project_id=project_id,
+                            mode="test", created_at_ms=app.services.clock.now_ms(),
+                            data={"name": name})
+
+        def record(txn: Any, event: OutboxEvent = event) -> None:
+            assert app.services.store.wants_webhooks(txn, event.project_id, event.mode)
+            app.services.store.append_outbox(txn, event)
+
+        await app.services.store.write(record)
+    hits = await receiver.wait_for(2)
+    got = sorted((h.request.target.rsplit("?", 1)[-1], json.loads(h.request.body)["data"]["name"])
+                 for h in hits)
+    assert got == [("mine", "mine"), ("theirs", "theirs")]
+
+
 async def test_the_outbox_keeps_one_event_id_of_two_modes_in_one_millisecond(
         store: Any) -> None:
     """The outbox key holds the project and mode: two events with the app's
