@@ -161,6 +161,22 @@ async def test_billing_counts_links_as_the_quota_does(app: App) -> None:
     await m.aclose()
 
 
+async def test_billing_counts_team_members_and_refuses_a_plan_too_small_for_them(
+        app: App) -> None:
+    for n in range(3):
+        await add_user(app, f"m{n}@example.com", Role.DEVELOPER)
+    assert len(app.services.store.members_of(app.org_id)) == 4
+    m = await signed_in(app, owner(app))
+    page = await m.get("/dashboard/settings/billing")
+    assert re.search(r"Team members</span><span class=\"meter-value\">4 ", page.text)
+    down = await m.post("/dashboard/settings/billing/plan", {"plan": "starter"})
+    assert down.status_code == 400
+    assert "4 team members (the starter plan allows 3)" in down.text
+    org = app.services.store.get_org(app.org_id)
+    assert org is not None and org.plan is Plan.GROWTH
+    await m.aclose()
+
+
 async def test_organizations_projects_and_the_switcher(app: App) -> None:
     m = await signed_in(app, owner(app))
     r = await m.post("/dashboard/orgs/new", {"name": "  Side Co  "})

@@ -1137,3 +1137,75 @@ async def test_a_retry_of_a_write_that_succeeded_is_its_answer_whatever_changed_
         assert before.status_code in (200, 201), before.text
         assert (after.status_code, after.content) == (before.status_code, before.content)
         assert after.headers["idempotent-replayed"] == "true"
+
+
+def _readme_payload_fields() -> dict[str, set[str]]:
+    """README's "Webhook payloads": each type's ``data`` fields, as written."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("- **Webhook payloads.**", 1)[1].split("\n- `SVC_", 1)[0]
+    fields: dict[str, set[str]] = {}
+    for item in re.split(r"\n  - ", section)[1:]:
+        kind, rest = item.split(":", 1)
+        rest = re.sub(r"\([^)]*\)", "", rest.split(";")[0])  # the fields, not the notes
+        fields[kind.strip("` ")] = set(re.findall(r"`(\w+)`", rest))
+    return fields
+
+
+async def test_install_open_and_conversion_payloads_are_the_readme_s(app: App) -> None:
+    """SPEC leaves these payloads open; README says what they hold, and each
+    event the service makes holds exactly that: an attributed install, the
+    open of a handoff claim (deferred, as the SDK was told), a universal
+    link's open, a conversion; and the test event's."""
+    from svc_engine.event_payloads import test_data
+    from svc_engine.outbox import OutboxEvent
+
+    seen: dict[str, OutboxEvent] = {}
+    store = app.services.store
+
+    def keep() -> None:
+        seen.update((e.id, e) for _, e in store.read_outbox())
+
+    store.on_outbox = keep
+    await setup(app)
+    async with app.client("sk_test") as c:
+        ln = (await c.post("/v1/links", json={"path": "/p"})).json()
+    await make_endpoint(app)
+    async with app.client(**{"user-agent": ANDROID_UA}) as c:
+        location = (await c.get(f"/{ln['slug']}")).headers["location"]
+    install = new_install()
+    async with app.client("pk_test", **SDK) as c:
+        r = await c.post("/v1/sdk/init", json=init_body(
+            install, "android", referrer=referrer_from_location(location)))
+        assert r.status_code == 200
+    async with app.client("sk_test") as c:
+        assert (await c.post("/v1/handoffs", json={"userId": "u1", "linkId": ln["id"]})
+                ).status_code == 201
+    async with app.client("pk_test", **SDK) as c:
+        r = await c.post("/v1/sdk/handoffs/claim", json={"userId": "u1", "installId": install})
+        assert r.status_code == 200 and r.json()["link"]["isDeferred"] is True
+        assert (await c.post("/v1/sdk/resolve", json={"url": ln["url"], "installId": install})
+                ).status_code == 200
+        assert (await c.post("/v1/sdk/events", json={"installId": install, "events": [
+            {"id": "5d1a6c3e-2b4f-4a8e-9c7d-6e5f4a3b2c1d", "name": "purchase",
+             "linkId": ln["id"], "occurredAt": iso_utc(app.services.clock.now_ms())}]})
+                ).status_code == 200
+    await app.flush()
+    documented = _readme_payload_fields()
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for event in seen.values():
+        by_type.setdefault(event.type.value, []).append(dict(event.data))
+    [made] = by_type["install"]
+    assert set(made) == documented["install"]
+    assert (made["installId"], made["linkId"], made["platform"]) == (install, ln["id"], "android")
+    opens = {o["method"]: o for o in by_type["open"]}
+    assert set(opens) == {"authenticated_handoff", "app_link"}  # an Android resolve
+    assert all(set(o) == documented["open"] for o in opens.values())
+    assert opens["authenticated_handoff"]["isDeferred"] is True
+    assert opens["app_link"]["isDeferred"] is False
+    [conversion] = by_type["conversion"]
+    assert set(conversion) == documented["conversion"]
+    assert set(documented) == {"install", "open", "conversion", "test"}
+    assert set(test_data(endpoint_id=ln["id"], at_ms=0)) == documented["test"]

@@ -86,7 +86,13 @@ def test_document_is_openapi_3_1(fuzz_server: ServerProcess) -> None:
     writes = [op for ops in doc["paths"].values() for op in ops.values()
               if any(p["name"] == "Idempotency-Key" for p in op.get("parameters", []))]
     assert len(writes) >= 10
-    assert all("503" in op["responses"] for op in writes)
+    assert all("storage_unavailable" in op["responses"]["503"]["description"] for op in writes)
+    # a keyed operation's 401 names the challenge every 401 carries
+    keyed = [op for ops in doc["paths"].values() for op in ops.values() if op.get("security")]
+    assert keyed and all(op["responses"]["401"]["headers"]["WWW-Authenticate"]["schema"]
+                         == {"const": 'Bearer realm="svc"'} for op in keyed)
+    r = httpx.get(fuzz_server.url + "/v1/links")
+    assert r.status_code == 401 and r.headers["www-authenticate"] == 'Bearer realm="svc"'
 
 
 # Every operation, from the document itself (no server needed to collect).

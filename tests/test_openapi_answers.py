@@ -195,8 +195,15 @@ async def _webhooks(app: App, rec: Recorder, receiver: Receiver) -> None:
         await c.delete(f"{EP}/{ep['id']}")
         await c.get(f"{EP}/{ep['id']}")  # 404
     await app.services.store.set_plan(app.org_id, Plan.STARTER)
-    async with rec.client(app, "sk_test") as c:
-        await c.get(EP)  # 403 forbidden: below Growth
+    gone = "9b9c8d7e-0000-4000-8000-000000000000"
+    async with rec.client(app, "sk_test") as c:  # 403 forbidden below Growth, each route
+        for method, path, body in (("GET", EP, None), ("POST", EP, {"url": receiver.url}),
+                                   ("POST", f"{EP}/{gone}/test", None), ("GET", DL, None),
+                                   ("GET", f"{DL}/{gone}", None),
+                                   ("POST", f"{DL}/{gone}/retry", None),
+                                   ("POST", f"{DL}/{gone}/resend", None)):
+            r = await c.request(method, path, json=body)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", path
 
 
 async def test_every_operation_answers_as_documented(app: App, receiver: Receiver) -> None:
@@ -209,6 +216,15 @@ async def test_every_operation_answers_as_documented(app: App, receiver: Receive
     assert set(contract.operations()) - answered == set()
     statuses = {s for _, _, s in rec.seen}
     assert {400, 401, 403, 404, 409, 415} <= statuses, statuses
+
+
+async def test_a_suspended_project_s_answer_is_documented(app: App) -> None:
+    _contract, rec = await contract_of(app)
+    await app.services.store.set_project_suspended(app.project_id, True)
+    async with rec.client(app, "sk_test") as c:
+        r = await c.get("/v1/links")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "project_suspended"
+    assert rec.problems == [], "\n".join(rec.problems)
 
 
 async def test_events_and_analytics_answer_as_documented(app: App) -> None:

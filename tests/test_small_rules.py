@@ -242,3 +242,26 @@ def test_a_country_is_a_two_letter_country_or_none(sent: str | None, kept: str |
     from svc_engine.clicks import clean_country
 
     assert clean_country(sent) == kept
+
+
+def test_the_quotas_are_the_readme_s_plans_table() -> None:
+    """README's Plans table is what the service enforces, number for number."""
+    import re
+    from pathlib import Path
+
+    from svc_engine.plans import QUOTAS
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Plans", 1)[1]
+    rows = re.findall(r"^\| (starter|growth|scale) \| ([^|]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$",
+                      section, re.M)
+    assert [r[0] for r in rows] == ["starter", "growth", "scale"]
+
+    def number(cell: str) -> int | None:
+        cell = cell.strip()
+        return None if cell == "unlimited" else int(cell.replace(",", ""))
+
+    for plan, links, projects, webhooks, members in rows:
+        quota = QUOTAS[Plan(plan)]
+        assert (quota.links, quota.projects, quota.webhooks, quota.members) == (
+            number(links), number(projects), webhooks.strip() == "yes", number(members)), plan
