@@ -346,6 +346,21 @@ async def test_a_to_day_before_the_epoch_is_refused_on_every_ranged_read(ev: Eve
                 assert r.json()["error"]["field"] == "to", (path, to)
 
 
+async def test_every_analytics_read_covers_at_most_366_days(ev: Events) -> None:
+    """The summary, a link's summary and its funnel (read on the event loop)
+    take at most 366 days; exports have no cap."""
+    async with ev.app.client("sk_test") as c:
+        link = (await c.post("/v1/links", json={"path": "/p"})).json()["id"]
+        for path in ("/v1/analytics/summary", f"/v1/analytics/links/{link}",
+                     f"/v1/analytics/links/{link}/funnel"):
+            r = await c.get(path, params={"from": "2020-01-01", "to": "2026-01-01"})
+            assert r.status_code == 400 and r.json()["error"]["field"] == "from", path
+            r = await c.get(path, params={"from": "2024-01-01", "to": "2024-12-31"})  # 366
+            assert r.status_code == 200, (path, r.text)
+        r = await c.get("/v1/export/clicks", params={"from": "2020-01-01", "to": "2026-01-01"})
+        assert r.status_code == 200
+
+
 # --- what is stored -----------------------------------------------------------------------
 
 
@@ -687,6 +702,31 @@ async def test_a_retention_below_one_day_keeps_raw_events_forever(ev: Events) ->
         assert len(await ev.exported_ids()) == left, (days, later)
         if left:
             assert (await ev.send([sent[0]]))[1] == ok(0, 1)  # still a duplicate
+
+
+async def test_an_event_received_exactly_the_retention_ago_is_kept(ev: Events) -> None:
+    """Purged once received *more than* the retention ago: at exactly N days
+    it is still stored, and still a duplicate when sent again; a millisecond
+    later it is gone."""
+    import attrs
+
+    from storage.events_store import EventsStore
+    from svc_engine.keys import Mode
+    from web.housekeeping import EVENTS_RETENTION, Housekeeper
+
+    sent = [event(at=ev.at())]
+    assert (await ev.send(sent))[0] == 200
+    services = ev.app.services
+    stored = EventsStore(services.store).get(ev.app.project_id, Mode.TEST, ev.install,
+                                             sent[0]["id"])
+    assert stored is not None
+    services.config = attrs.evolve(services.config, event_retention_days=1)
+    _, job = Housekeeper(services).jobs[EVENTS_RETENTION]
+    await job(stored.received_at_ms + DAY_MS)
+    assert len(await ev.exported_ids()) == 1
+    assert (await ev.send(sent))[1] == ok(0, 1)
+    await job(stored.received_at_ms + DAY_MS + 1)
+    assert await ev.exported_ids() == []
 
 
 async def test_purge_keeps_late_arrivals_for_their_whole_period(ev: Events) -> None:
