@@ -149,6 +149,7 @@ def test_normalize_domain_rejects(name: object) -> None:
     ("https://example.com:8443/x", "https://example.com:8443/x"),
     ("https://[2001:db8::1]/x", "https://[2001:db8::1]/x"),
     ("https://münchen.de/straße?q=ä", "https://xn--mnchen-3ya.de/stra%C3%9Fe?q=%C3%A4"),
+    ("https://bücher.example:8443/a", "https://xn--bcher-kva.example:8443/a"),  # port kept
     ("  https://example.com/trim  ", "https://example.com/trim"),
 ])
 def test_destination_url_accepts(url: str, expected: str) -> None:

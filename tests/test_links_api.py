@@ -349,6 +349,32 @@ async def test_a_random_slug_already_taken_or_reserved_is_drawn_again(
     assert len(listed["data"]) == 2
 
 
+async def test_a_listing_ends_with_no_cursor_beside_the_other_mode_s_links(app: App) -> None:
+    """README: follow ``nextCursor`` until it is null. The last page of a
+    mode's links is followed in the store by the other mode's (or another
+    project's): it still says there is no more, a cursor of another mode's
+    listing is refused, and a campaign filter matches the whole campaign."""
+    async with app.client("sk_live") as c:
+        for n in range(2):
+            assert (await c.post("/v1/links", json={"path": f"/live{n}"})).status_code == 201
+        live_page = (await c.get("/v1/links", params={"limit": 1})).json()
+        assert live_page["nextCursor"]
+    async with app.client("sk_test") as c:
+        for campaign in ("summer", "summer2026"):
+            assert (await c.post("/v1/links", json={"path": "/t", "campaign": campaign})
+                    ).status_code == 201
+        whole = (await c.get("/v1/links", params={"limit": 2})).json()
+        assert len(whole["data"]) == 2 and whole["nextCursor"] is None
+        first = (await c.get("/v1/links", params={"limit": 1})).json()
+        last = (await c.get("/v1/links", params={"limit": 1, "cursor": first["nextCursor"]})
+                ).json()
+        assert len(last["data"]) == 1 and last["nextCursor"] is None
+        other = await c.get("/v1/links", params={"cursor": live_page["nextCursor"]})
+        assert other.status_code == 400 and other.json()["error"]["field"] == "cursor"
+        exact = (await c.get("/v1/links", params={"campaign": "summer"})).json()
+        assert [ln["campaign"] for ln in exact["data"]] == ["summer"]
+
+
 async def test_an_empty_filter_lists_every_link(app: App) -> None:
     """``?campaign=`` (a form left blank) matched no link: an empty text is
     stored as none. An empty filter is no filter, as ``?q=`` already was."""

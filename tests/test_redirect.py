@@ -230,6 +230,9 @@ def test_invariants_over_every_combination(
 UNKNOWN_CASES = [
     ("unknown slug", None),
     ("deleted link", link("web", deleted=True)),
+    # deleted after it expired: still sends nobody anywhere (not its fallback, not 410)
+    ("deleted expired link", link("ios", "android", "web", expires_at_ms=NOW - 1,
+                                  deleted=True)),
 ]
 
 
