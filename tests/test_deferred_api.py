@@ -280,6 +280,38 @@ async def test_a_first_launch_retried_after_its_answer_was_swept_gets_the_same_l
     assert counted["installs"]["total"] == 2, counted
 
 
+async def test_a_swept_first_launch_retried_after_an_upgrade_answers_as_it_was_judged(
+        app: App) -> None:
+    """A probabilistic first launch, later upgraded by a handoff claim: its
+    retry after the 24-hour record is swept answers as the first launch was
+    (the link, probabilistic, probabilistic_match), never the upgrade's
+    deterministic words on the first launch's link; the install keeps the
+    upgrade."""
+    await setup(app, probabilisticMatching=True)
+    first_link, claimed = await link(app, "/a"), await link(app, "/b")
+    await tap(app, first_link["slug"], IOS_UA, **{"cf-ipcountry": "DE"})
+    await app.flush()
+    iid = new_install()
+    first = await init(app, init_body(iid, "ios"), **{"idempotency-key": "k1",
+                                                      "cf-ipcountry": "DE"})
+    assert first[1]["link"]["method"] == "probabilistic_match"  # type: ignore[index]
+    user = "5f0c6f8e-6d8a-4a55-9c43-0e6c3b1f9a01"
+    async with app.client("sk_test") as c:
+        assert (await c.post("/v1/handoffs", json={"linkId": claimed["id"], "userId": user})
+                ).status_code == 201
+    async with app.client("pk_test", **SDK) as c:
+        r = await c.post("/v1/sdk/handoffs/claim", json={"userId": user, "installId": iid})
+        assert r.json()["link"]["method"] == "authenticated_handoff"
+    await app.services.store.purge_responses(app.services.clock.now_ms() + 86_400_001)
+    again = await init(app, init_body(iid, "ios"), **{"idempotency-key": "k1",
+                                                      "cf-ipcountry": "DE"})
+    assert again == first
+    install = app.services.attribution.get_install(app.project_id, "test", iid)
+    assert install is not None and install.attribution is not None
+    assert install.attribution.method.value == "authenticated_handoff"
+    assert install.attribution.link_id == claimed["id"]
+
+
 async def test_landing_page_open_button_then_resolve_upgrades(app: App) -> None:
     await setup(app, iosLandingPage=True)
     ln = await link(app)
@@ -1209,3 +1241,30 @@ async def test_install_open_and_conversion_payloads_are_the_readme_s(app: App) -
     assert set(conversion) == documented["conversion"]
     assert set(documented) == {"install", "open", "conversion", "test"}
     assert set(test_data(endpoint_id=ln["id"], at_ms=0)) == documented["test"]
+
+
+@pytest.mark.parametrize("launched", [True, False], ids=["after the launch", "before it"])
+async def test_a_continue_in_app_open_is_deferred_in_its_webhook_too(
+        app: App, launched: bool) -> None:
+    """SPEC: the 'Continue in app' open is ``landing_page`` and deferred; its
+    ``open`` webhook says what the SDK was told, whether the launch report
+    came first or not."""
+    from svc_engine.outbox import OutboxEvent
+
+    seen: dict[str, OutboxEvent] = {}
+    store = app.services.store
+    store.on_outbox = lambda: seen.update((e.id, e) for _, e in store.read_outbox())
+    await setup(app, iosLandingPage=True)
+    ln = await link(app)
+    await make_endpoint(app)
+    iid = new_install()
+    async with app.client("pk_test", **SDK) as c:
+        if launched:
+            assert (await c.post("/v1/sdk/init", json=init_body(iid, "ios"))).status_code == 200
+        r = await c.post("/v1/sdk/resolve", json={"url": landing_url(ln), "installId": iid})
+    told = r.json()["link"]
+    assert (told["method"], told["isDeferred"]) == ("landing_page", True)
+    await app.flush()
+    [event] = [e for e in seen.values()
+               if e.type.value == "open" and e.data["installId"] == iid]
+    assert (event.data["method"], event.data["isDeferred"]) == ("landing_page", True)
