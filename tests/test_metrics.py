@@ -223,3 +223,54 @@ def test_a_served_process_reports_its_connections(server_factory: Any) -> None:
     srv.stop()
     assert TOKEN not in srv.logs()
     assert "127.0.0.1" not in r.text
+
+
+def test_each_metric_reads_the_statistic_its_name_says() -> None:
+    """The collectors read statistics their owners keep: over owners whose
+    every statistic is a different number, each metric is its own (a commit
+    count read from the writes, or deadlines held from those fired, would
+    pass any test that only asks for a number)."""
+    from types import SimpleNamespace as NS
+    from typing import cast
+
+    from web import metrics_sources as ms
+
+    numbers = iter(range(101, 1_000))
+
+    def stats(*names: str) -> NS:
+        return NS(**{n: next(numbers) for n in names})
+
+    w = stats("batches", "ops", "failed_ops", "failed_commits", "queued")
+    store = NS(writer=NS(statistics=lambda: w), cache=NS(max_bytes=64 << 20, size_bytes=7),
+               stats=lambda: {"map_size": 1 << 30, "used_bytes": 5})
+    h = stats("endpoints", "ready", "in_flight", "parked_by_plan", "endpoints_overflowed",
+              "body_cache_bytes", "deliveries_created", "attempts", "delivered",
+              "failed_attempts", "write_failures")
+    t = stats("pending", "fired", "steps_back")
+    srv = NS(limiter=NS(borrowed_tokens=next(numbers)), settings=NS(max_connections=1024),
+             refused=next(numbers), shed=next(numbers), stalled=next(numbers), lag_s=0.25)
+    expected = {
+        "svc_store_commits_total": w.batches, "svc_store_writes_total": w.ops,
+        "svc_store_failed_writes_total": w.failed_ops,
+        "svc_store_failed_commits_total": w.failed_commits, "svc_store_write_queue": w.queued,
+        "svc_webhook_endpoints": h.endpoints, "svc_webhook_deliveries_ready": h.ready,
+        "svc_webhook_deliveries_in_flight": h.in_flight,
+        "svc_webhook_deliveries_parked": h.parked_by_plan,
+        "svc_webhook_endpoints_overflowed": h.endpoints_overflowed,
+        "svc_webhook_body_cache_bytes": h.body_cache_bytes,
+        "svc_webhook_deliveries_created_total": h.deliveries_created,
+        "svc_webhook_attempts_total": h.attempts, "svc_webhook_delivered_total": h.delivered,
+        "svc_webhook_failed_attempts_total": h.failed_attempts,
+        "svc_webhook_write_failures_total": h.write_failures,
+        "svc_timer_deadlines_held": t.pending, "svc_timer_fired_total": t.fired,
+        "svc_timer_clock_steps_back_total": t.steps_back,
+        "svc_http_connections": srv.limiter.borrowed_tokens,
+        "svc_http_connections_refused_total": srv.refused,
+        "svc_http_requests_shed_total": srv.shed, "svc_http_send_timeouts_total": srv.stalled,
+    }
+    collected = [*ms.store_metrics(cast(Any, store))(),
+                 *ms.webhook_metrics(lambda: cast(Any, NS(statistics=lambda: h)))(),
+                 *ms.timer_metrics(cast(Any, NS(statistics=lambda: t)))(),
+                 *ms.server_metrics(cast(Any, srv))()]
+    got = {m.name: m.samples[0][1] for m in collected}
+    assert {name: got[name] for name in expected} == expected

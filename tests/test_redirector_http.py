@@ -382,6 +382,19 @@ async def test_a_page_shows_an_og_image_only_over_https(app: App) -> None:
     assert '<img src="http://' not in preview
 
 
+async def test_a_host_no_project_claimed_serves_the_default_domain_s_links(app: App) -> None:
+    """A proxy forwarding its own Host, or a tap on the server's address: a
+    Host that is neither the public URL's nor a custom domain is read as the
+    default domain (its short links answer), never as a domain of its own."""
+    await configure(app)
+    ln = await make_link(app, slug="spring-sale")
+    for host in ("127.0.0.1:8080", "internal.proxy.example", "[::1]:8080"):
+        async with app.client(**{"user-agent": UA["android"], "host": host}) as c:
+            r = await c.get("/spring-sale")
+        assert r.status_code == 302, (host, r.status_code)
+    assert ln["domain"] == app.services.default_domain
+
+
 async def test_a_custom_domain_answers_by_its_fully_qualified_name_too(app: App) -> None:
     """A Host of "go.acme.com." (the trailing dot of a fully qualified name)
     fell back to the default domain: the custom domain's links were 404."""

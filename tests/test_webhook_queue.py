@@ -80,3 +80,33 @@ def test_dropping_and_forgetting_an_endpoint() -> None:
     assert q.ready_count == 0 and not q.is_busy("d1")
     # The forgotten attempt's report still frees its sender, and is ignored.
     assert q.finished("d0", "a") is None and q.running == 0
+
+
+def test_busy_endpoints_keep_taking_turns_as_senders_free_up() -> None:
+    """Five endpoints with a backlog, 32 senders, 8 each at most: as attempts
+    end and senders free up, the endpoints keep taking turns (the one just
+    served goes to the back), so none waits while the others' backlogs drain
+    (README: hung or busy receivers cannot hold the senders others need)."""
+    from collections import Counter, deque
+
+    q = SendQueue(senders=32, per_endpoint=8)
+    endpoints = [f"ep{i}" for i in range(5)]
+    for n in range(1_500):
+        q.add(_d(n, endpoints[n // 300]))
+    flying: deque[wd.Delivery] = deque()
+    starts: Counter[str] = Counter()
+
+    def take() -> None:
+        for d in q.startable():
+            q.started(d, wd.begin_attempt(d))
+            flying.append(d)
+            starts[d.endpoint_id] += 1
+
+    take()
+    for _ in range(400):  # the oldest attempt ends, and its sender is free again
+        done = flying.popleft()
+        q.finished(done.id, done.endpoint_id)
+        q.answered(done.endpoint_id, hung=False)
+        take()
+    assert set(starts) == set(endpoints)
+    assert min(starts.values()) >= 0.9 * max(starts.values()), starts
