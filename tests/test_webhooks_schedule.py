@@ -5,6 +5,7 @@ resend, the 30-day purge, and retries surviving a restart."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -606,6 +607,33 @@ async def test_hung_endpoints_leave_senders_to_the_others(
     assert hung_at_once <= 24, hung_at_once
     assert app.services.webhooks is not None
     assert app.services.webhooks.statistics().in_flight == 4  # one each of the hung
+
+
+async def test_an_endpoint_that_answers_an_error_keeps_its_eight_attempts(
+        world: World, autojump_clock: trio.testing.MockClock) -> None:
+    """Only a timeout cuts an endpoint to one attempt in flight (README: "one
+    for an endpoint whose last attempt timed out"); one that answers, even
+    500 after a second, keeps 8 at once for its backlog."""
+    app, receiver, clock = world
+    active, at_once = 0, []
+
+    async def respond(req: Received, n: int) -> Reply:
+        nonlocal active
+        active += 1
+        at_once.append(active)
+        await trio.sleep(1)
+        active -= 1
+        return 500, [], b""
+
+    receiver.respond = respond
+    await add_endpoint(app, receiver.url)
+    t0 = clock.now_ms()
+    for _ in range(40):
+        await emit(app, "click")
+    await until(clock, t0 + 30_000)  # five seconds' worth of first attempts, then retries wait
+    assert len(at_once) == 40 and max(at_once) == 8
+    waves = Counter(receiver.times())  # attempts started at one moment
+    assert sorted(waves.values()) == [8] * 5, waves  # the later waves too, not 1 at a time
 
 
 async def test_retries_keep_their_schedule_when_the_timer_holds_two_deadlines(
