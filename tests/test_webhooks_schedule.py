@@ -609,11 +609,13 @@ async def test_hung_endpoints_leave_senders_to_the_others(
     assert app.services.webhooks.statistics().in_flight == 4  # one each of the hung
 
 
-async def test_an_endpoint_that_answers_an_error_keeps_its_eight_attempts(
-        world: World, autojump_clock: trio.testing.MockClock) -> None:
+@pytest.mark.parametrize("failure", ["500", "connection closed"])
+async def test_an_endpoint_that_fails_without_a_timeout_keeps_its_eight_attempts(
+        world: World, autojump_clock: trio.testing.MockClock, failure: str) -> None:
     """Only a timeout cuts an endpoint to one attempt in flight (README: "one
-    for an endpoint whose last attempt timed out"); one that answers, even
-    500 after a second, keeps 8 at once for its backlog."""
+    for an endpoint whose last attempt timed out"); one that answers 500, or
+    closes the connection without an answer, a second later keeps 8 at once
+    for its backlog."""
     app, receiver, clock = world
     active, at_once = 0, []
 
@@ -623,7 +625,9 @@ async def test_an_endpoint_that_answers_an_error_keeps_its_eight_attempts(
         at_once.append(active)
         await trio.sleep(1)
         active -= 1
-        return 500, [], b""
+        if failure == "500":
+            return 500, [], b""
+        raise trio.BrokenResourceError  # the receiver's server closes without a word
 
     receiver.respond = respond
     await add_endpoint(app, receiver.url)
