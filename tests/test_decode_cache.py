@@ -64,3 +64,24 @@ def test_a_record_larger_than_the_cache_is_decoded_each_time() -> None:
     one = cache.decode(Link, raw)
     assert cache.decode(Link, raw) == one and cache.decode(Link, raw) is not one
     assert len(cache) == 0 and cache.size_bytes == 0
+
+
+def test_entries_of_mixed_sizes_are_charged_and_refunded_each_its_own_size() -> None:
+    """Dropping the oldest refunds what that entry was charged, not what the
+    new one costs: with one size only the two are the same number."""
+    big = [bytes(link(n, params=20, value_len=200)) for n in (1, 2)]
+    small = [bytes(link(n)) for n in (11, 12, 13)]
+    b, s = entry_bytes(len(big[0])), entry_bytes(len(small[0]))
+    assert b > 2 * s
+    cache = DecodeCache(max_bytes=b + 2 * s)
+    kept = {raw: cache.decode(Link, raw) for raw in (big[0], small[0], small[1])}
+    assert cache.size_bytes == b + 2 * s and len(cache) == 3  # exactly full, none dropped
+    kept[small[2]] = cache.decode(Link, small[2])  # the big one goes: 3 small left
+    assert cache.size_bytes == 3 * s and len(cache) == 3
+    kept[big[1]] = cache.decode(Link, big[1])  # the oldest small one goes
+    assert cache.size_bytes == b + 2 * s and len(cache) == 3
+    hits = cache.hits
+    for raw in (small[1], small[2], big[1]):
+        assert cache.decode(Link, raw) is kept[raw]
+    assert cache.hits == hits + 3
+    assert cache.decode(Link, small[0]) is not kept[small[0]]  # dropped

@@ -317,6 +317,20 @@ async def test_a_links_clicks_are_found_behind_thousands_of_newer_clicks(
     assert none.clicks == [] and none.read == 0 and none.stopped_at_ms is None
 
 
+async def test_a_links_clicks_at_the_edges_of_its_days_are_found(store: LmdbStore) -> None:
+    """A day's clicks are read from its last millisecond (23:59:59.999) back
+    to its first (00:00:00.000), with other days' clicks either side."""
+    a, b = link(1), link(2)
+    edges = [DAY_0, DAY_0 + DAY - 1, DAY_0 + DAY, DAY_0 + 2 * DAY - 1]
+    mine = await write_clicks(store, a, edges)
+    await write_clicks(store, b, [DAY_0 - 1, DAY_0 + DAY - 2, DAY_0 + DAY + 1, DAY_0 + 2 * DAY])
+    found = clicks_of_link(store, PROJECT, Mode.TEST, a.id)
+    assert found.clicks == mine[::-1] and found.stopped_at_ms is None
+    # Each day from its last millisecond to its first: B's click between A's
+    # two of the day is read, B's just past either end of the day is not.
+    assert found.read == 6
+
+
 async def test_a_links_clicks_search_stops_and_says_how_far_it_looked(
         store: LmdbStore) -> None:
     a, b = link(1), link(2)

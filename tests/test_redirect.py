@@ -28,6 +28,7 @@ from svc_engine.redirect import (
     LandingPage,
     NotFoundPage,
     OgPage,
+    PageMeta,
     Platform,
     PreviewPage,
     Redirect,
@@ -399,3 +400,21 @@ def test_page_meta_prefers_og_fields() -> None:
     assert meta.twitter_card == "summary_large_image"
     assert page_meta(attrs.evolve(titled, og_title="OG"), short_url="u",
                      site_name="Example").title == "OG"
+
+
+@pytest.mark.parametrize(("image", "shown"), [
+    ("https://cdn.example.com/a.png", "https://cdn.example.com/a.png"),
+    ("HTTPS://cdn.example.com/a.png", "HTTPS://cdn.example.com/a.png"),  # a scheme has no case
+    ("Https://cdn.example.com/a.png", "Https://cdn.example.com/a.png"),
+    ("http://cdn.example.com/a.png", None),  # the pages' policy loads https only
+    ("//cdn.example.com/a.png", None),
+    ("https:/cdn.example.com/a.png", None),
+    (None, None),
+])
+def test_a_page_shows_its_image_only_over_https_whatever_the_scheme_s_case(
+        image: str | None, shown: str | None) -> None:
+    meta = PageMeta(url="https://sho.rt/a", title="T", description=None, image_url=image,
+                    site_name="App")
+    assert meta.page_image_url == shown
+    assert meta.image_url == image  # crawlers get it in og:image, whatever its scheme
+    assert meta.twitter_card == ("summary_large_image" if image else "summary")

@@ -305,6 +305,35 @@ async def test_a_hung_endpoint_holds_at_most_the_cap_in_memory(
     assert receiver.delivered == Counter() and receiver.twice_at_once == []
 
 
+async def test_a_read_back_run_late_fills_only_the_room_the_queue_has_then(
+        store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock,
+        peak: dict[str, int]) -> None:
+    """A read-back is asked for when the endpoint's queue runs low, and runs
+    later, as a call at the back of the actor's mailbox: the calls ahead of
+    it (retries come due, older than the backlog) may have filled the queue
+    again by then. It takes what room is left at its run (three quarters of
+    the cap, less what is queued), not the room there was at the ask: here
+    the queue is full when the call runs, so it takes nothing, and nothing is
+    lost (every delivery still goes, once)."""
+    b = backlog
+    actor, receiver, endpoint_id = b.actor, b.receiver, b.endpoint_id
+    assert actor.statistics().endpoints_overflowed == 1
+
+    async def refill_now() -> tuple[int, int]:
+        before = actor._queue.ready_of(endpoint_id)
+        await actor._refill(endpoint_id)  # as the mailbox runs a queued refill
+        return before, actor._queue.ready_of(endpoint_id)
+
+    before, after = await actor.call(refill_now)
+    assert before >= READY_PER_ENDPOINT - PER_ENDPOINT  # full again (but for what started)
+    assert after <= READY_PER_ENDPOINT and after <= before
+    assert peak[endpoint_id] <= READY_PER_ENDPOINT
+    assert actor.statistics().endpoints_overflowed == 1  # the rest still waits in the store
+    receiver.hung = False
+    await _all_delivered(actor, receiver, b.project_id, b.count)
+    assert peak[endpoint_id] <= READY_PER_ENDPOINT
+
+
 async def test_once_it_answers_every_delivery_goes_once_oldest_first(
         store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock,
         peak: dict[str, int]) -> None:
