@@ -242,6 +242,25 @@ async def test_a_body_in_padded_chunks_is_cut_by_its_wire_bytes(client: H11Clien
     assert answer.status == 200 and not answer.complete and len(answer.body) < 20
 
 
+async def test_a_body_is_cut_once_its_wire_bytes_pass_twice_its_size(
+        client: H11Client) -> None:
+    """The bound is twice the body plus 64 KiB: chunks of 100 bytes with 150
+    bytes of extensions (257 bytes read for 100) are cut by ~1,150 chunks
+    (64 KiB of excess); with 80 bytes of extensions (187 for 100,
+    under twice) the body goes on until the bound on its pieces (1,024 plus
+    one per 256 bytes: ~1,680 chunks)."""
+    bodies = {}
+    for ext in (150, 80):
+        chunk = b"64;" + b"x" * ext + b"\r\n" + b"p" * 100 + b"\r\n"
+        async with serving(endless_chunks(chunk * 64)) as server:
+            with trio.fail_after(10):
+                answer = await _post(client, server, limit=1 << 20)
+        assert answer.status == 200 and not answer.complete
+        bodies[ext] = len(answer.body)
+    assert bodies[150] <= 115_100  # (sooner by up to one read: its bytes count on arrival)
+    assert 165_000 < bodies[80] < 170_000
+
+
 # -- the pool ------------------------------------------------------------------------------
 
 async def test_the_pool_keeps_at_most_its_cap_per_origin() -> None:
