@@ -8,11 +8,13 @@ partial downgrade)."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import cbor2
 import pytest
 
 from storage import codec, event_records
+from svc_engine import decode
 from svc_engine.plans import Plan
 from svc_engine.records import Organization
 
@@ -73,3 +75,45 @@ def test_a_stored_event_of_a_newer_version_is_refused() -> None:
     key, value = _event_item(event_records.VERSION + 1)
     with pytest.raises(ValueError, match="newer than this code knows"):
         event_records.StoredEvent.from_item(key, value)
+
+
+# -- typed reads out of a decoded map (svc_engine/decode.py) ------------------------------
+
+@pytest.mark.parametrize(("read", "good", "bad"), [
+    (decode.req_str, "x", 1),
+    (decode.opt_str, "x", b"x"),
+    (decode.req_int, 7, True),  # a bool is not a count
+    (decode.opt_int, 7, 1.5),
+    (decode.req_bool, False, 0),
+    (decode.req_bytes, b"\x00", "00"),
+    (decode.opt_bytes, b"\x00", bytearray(b"\x00")),
+])
+def test_a_mistyped_field_fails_naming_the_field(
+        read: Callable[[dict[str, object], str], object], good: object, bad: object) -> None:
+    assert read({"f": good}, "f") == good
+    with pytest.raises(decode.RecordError, match=r"^f: expected "):
+        read({"f": bad}, "f")
+
+
+@pytest.mark.parametrize("read", [decode.opt_str, decode.opt_int, decode.opt_bytes])
+def test_an_optional_field_may_be_missing_or_null(
+        read: Callable[[dict[str, object], str], object]) -> None:
+    assert read({}, "f") is None and read({"f": None}, "f") is None
+
+
+@pytest.mark.parametrize("read", [decode.req_str, decode.req_int, decode.req_bool,
+                                  decode.req_bytes])
+def test_a_required_field_may_not_be_missing(
+        read: Callable[[dict[str, object], str], object]) -> None:
+    with pytest.raises(decode.RecordError, match=r"^f: expected .*, got NoneType"):
+        read({}, "f")
+
+
+def test_a_flag_added_in_a_later_version_reads_its_default_when_missing() -> None:
+    assert decode.req_bool({}, "suspended", False) is False
+    assert decode.req_bool({"suspended": True}, "suspended", False) is True
+
+
+def test_a_stored_record_with_a_mistyped_field_is_refused() -> None:
+    with pytest.raises(decode.RecordError, match="created_at_ms"):
+        codec.decode(Organization, cbor2.dumps(ORG.to_map() | {"created_at_ms": "5"}))

@@ -177,6 +177,14 @@ def test_destination_url_invalid(url: object) -> None:
     assert info.value.field == "webFallbackUrl"
 
 
+def test_a_bracketed_host_that_is_no_ipv6_address_is_named_so() -> None:
+    """``urlsplit`` passes a bracketed "future" literal with a colon in it; the
+    check refuses it as what it claims to be, an IPv6 address."""
+    with pytest.raises(ValidationError, match="invalid IPv6 address") as info:
+        check_destination_url("https://[v1.a:b]/x", field="androidFallbackUrl")
+    assert info.value.field == "androidFallbackUrl"
+
+
 def test_short_url_on_default_and_custom_domains() -> None:
     assert default_domain("http://LocalHost:8000/") == "localhost:8000"
     assert short_url("localhost:8000", "abc", public_url="http://localhost:8000/") == (

@@ -124,6 +124,8 @@ def test_config_precedence_and_parsing() -> None:
     ({"SVC_RATE_LIMIT_PER_CLIENT": "-1"}, "SVC_RATE_LIMIT_PER_CLIENT"),  # 0 is "off"
     ({"SVC_RATE_LIMIT_PER_KEY": "-1"}, "SVC_RATE_LIMIT_PER_KEY"),
     ({"SVC_EVENT_RETENTION_DAYS": "-1"}, "SVC_EVENT_RETENTION_DAYS"),
+    ({"SVC_ACCESS_LOG": "maybe"}, "SVC_ACCESS_LOG"),  # a switch is on or off, never guessed
+    ({"SVC_WEBHOOK_LOCAL_RECEIVERS": "2"}, "SVC_WEBHOOK_LOCAL_RECEIVERS"),
 ])
 def test_a_value_a_setting_cannot_take_is_refused_naming_it(env: dict[str, str],
                                                             named: str) -> None:
@@ -132,6 +134,17 @@ def test_a_value_a_setting_cannot_take_is_refused_naming_it(env: dict[str, str],
     assert info.value.field == named and named in info.value.message
     with pytest.raises(errors.ValidationError):  # a flag is checked as its variable is
         config_mod.load({}, {"port": 70000})
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("1", True), ("true", True), ("YES", True), (" On ", True),
+    ("0", False), ("false", False), ("No", False), ("OFF", False), ("", False),
+])
+def test_a_switch_takes_the_usual_spellings_of_on_and_off(text: str, value: bool) -> None:
+    for env in ("SVC_ACCESS_LOG", "SVC_WEBHOOK_LOCAL_RECEIVERS"):
+        cfg = config_mod.load({env: text}, {})
+        assert (cfg.access_log if env == "SVC_ACCESS_LOG" else cfg.webhook_local_receivers) \
+            is value, (env, text)
 
 
 @pytest.mark.parametrize(("given", "kept"), [
