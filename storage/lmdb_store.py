@@ -6,6 +6,7 @@ microsecond). Writes are ops handed to the one ``Writer``; see writer.py.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -61,9 +62,20 @@ def unreachable(path: str, error: BaseException) -> StoreUnreachable:
             os.path.exists(path) and not os.path.isdir(path)):
         return StoreUnreachable(f"SVC_DATA_DIR: {path} is not a directory")
     reason = (getattr(error, "strerror", None) or str(error)).removeprefix(f"{path}: ")
+    if not _denied(error):  # a symlink loop, a name too long, EIO...
+        return StoreUnreachable(f"SVC_DATA_DIR: cannot use {path} ({reason}); check the "
+                                f"path (--data / SVC_DATA_DIR) and the disk it is on")
     return StoreUnreachable(
         f"SVC_DATA_DIR: cannot use {path} ({reason}); run svc as the user that owns it, "
         f"or give that user access (chown -R; the files should be 0600, the dir 0700)")
+
+
+def _denied(error: BaseException) -> bool:
+    """Whether ``error`` is the system refusing this user (EACCES, EPERM),
+    however it came: from the OS, or from LMDB as ReadonlyError or its text."""
+    return (isinstance(error, PermissionError | lmdb.ReadonlyError)
+            or getattr(error, "errno", None) in (errno.EACCES, errno.EPERM)
+            or "Permission denied" in str(error))
 
 
 class LmdbStore:
