@@ -11,7 +11,11 @@ is left for the next sweep. A sweep with nothing to remove reads one key.
 The next sweep is recorded before this one works, so a sweep the store
 refuses (a full disk or map) is logged and the next one still comes; one
 whose next deadline cannot be written is tried again a minute later (the
-old deadline stays in the store, so a restart runs it).
+old deadline stays in the store, so a restart runs it). The retry is a
+deadline of the timer only, which names the stored one in its ref
+(``all@<due ms>``), so that the retry's write replaces the stored deadline:
+deleting only the retry's own (never stored) left the old one behind, and
+after a restart it started a second hourly chain beside the first.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import attrs
 import lmdb
 
 from storage.webhooks_store import Expired
@@ -37,16 +40,31 @@ RETRY_MS = 60_000
 log = logging.getLogger("svc.webhooks")
 
 
+RETRY_REF = "all@"
+"""A retry's ref: the due time of the stored deadline it stands for follows."""
+
+
 def first_purge(now_ms: int) -> Deadline:
     return Deadline(now_ms + PURGE_EVERY_MS, PURGE_DEADLINE, "all")
+
+
+def stored_purge(deadline: Deadline) -> Deadline:
+    """The deadline in the store that ``deadline`` stands for: itself, or, for
+    a retry (a deadline of the timer only), the one whose sweep it retries."""
+    if deadline.ref.startswith(RETRY_REF):
+        due = deadline.ref.removeprefix(RETRY_REF)
+        if due.isdigit():
+            return Deadline(int(due), deadline.kind, "all")
+    return deadline
 
 
 async def purge(actor: WebhookActor, deadline: Deadline) -> None:
     now = actor.now_ms()
     following = Deadline(now + PURGE_EVERY_MS, PURGE_DEADLINE, "all")
+    stored = stored_purge(deadline)
 
     def reschedule(txn: lmdb.Transaction) -> None:
-        actor.tables.store.delete_deadline(txn, deadline)
+        actor.tables.store.delete_deadline(txn, stored)
         actor.tables.store.put_deadline(txn, following)
 
     try:
@@ -54,7 +72,8 @@ async def purge(actor: WebhookActor, deadline: Deadline) -> None:
     except SvcError as e:
         log.warning("webhook history: the next sweep could not be recorded (%s); trying "
                     "again in %d s", e, RETRY_MS // 1000)
-        actor.schedule(attrs.evolve(deadline, due_ms=now + RETRY_MS))
+        actor.schedule(Deadline(now + RETRY_MS, PURGE_DEADLINE,
+                                f"{RETRY_REF}{stored.due_ms}"))
         return
     actor.schedule(following)
     try:
