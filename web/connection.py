@@ -502,7 +502,10 @@ class Connection:
         return {"type": "http.request", "body": body, "more_body": not self.body_done}
 
     def _disconnect(self) -> Message:
+        """The body ended before its end (the client went, or its framing
+        broke): the connection closes after the answer, which says so."""
         self.body_done = True
+        self.keep_alive = False
         self.response_sent = self.response_sent or trio.Event()
         self.response_sent.set()
         return {"type": "http.disconnect"}
