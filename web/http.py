@@ -25,7 +25,6 @@ from collections.abc import (
     Callable,
     Iterable,
     Iterator,
-    Mapping,
     Sequence,
 )
 from typing import Any
@@ -437,7 +436,3 @@ def error_response(error: SvcError) -> Response:
     elif status == 500:
         body = {"code": "internal_error", "message": "internal error; it has been logged"}
     return json_response(status, {"error": body}, headers)
-
-
-def parse_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
-    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
