@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -182,7 +181,3 @@ def endpoint_label(endpoint: Endpoint | None, limit: int = 60) -> str:
         return "Deleted endpoint"
     text = endpoint.description or endpoint.url
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def labels(endpoints: Mapping[str, Endpoint]) -> dict[str, str]:
-    return {i: endpoint_label(e) for i, e in endpoints.items()}
