@@ -117,11 +117,8 @@ def _uuid_arg(value: str) -> str:
     return value.lower()
 
 
-def _print(value: object, as_json: bool = True) -> None:
-    if as_json:
-        print(json.dumps(value, indent=2))
-    else:
-        print(value)
+def _print(value: object) -> None:
+    print(json.dumps(value, indent=2))
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
