@@ -108,7 +108,8 @@ async def serve(config: Config, *, clock: Clock | None = None, bootstrap: bool =
     if cap != config.max_connections:
         config = attrs.evolve(config, max_connections=cap)
     clock = clock or SystemClock()
-    stop = stop or trio.Event()
+    if stop is None:
+        stop = trio.Event()
     lock = serve_lock.hold(config.data_dir)
     try:
         await _serve_data(config, clock, bootstrap, stop, on_ready)
