@@ -506,7 +506,8 @@ class Connection:
         broke): the connection closes after the answer, which says so."""
         self.body_done = True
         self.keep_alive = False
-        self.response_sent = self.response_sent or trio.Event()
+        if self.response_sent is None:  # (an Event has no truth value: trio refuses it)
+            self.response_sent = trio.Event()
         self.response_sent.set()
         return {"type": "http.disconnect"}
 
