@@ -17,7 +17,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import attrs
 import cbor2
 import lmdb
 import pytest
@@ -26,21 +25,10 @@ from storage.lmdb_store import LmdbStore
 from storage.schema import SCHEMA_VERSION
 from storage.webhooks_store import WebhookStore
 from svc_engine import config as config_mod
-from svc_engine import webhook_delivery as wd
-from svc_engine.keys import Mode
 from svc_engine.webhook_delivery import DeliveryStatus
+from tests.test_doctor_findings import MAP, NOW, PROJECT, _delivery, _findings
 from web import cli, malloc_arenas, metrics
-from web.doctor import Finding, diagnose
-
-NOW = 1_790_000_000_000
-MAP = 64 << 20
-PROJECT = "00000000-0000-4000-8000-000000000001"
-ENDPOINT = "00000000-0000-4000-8000-0000000000e1"
-
-
-def _findings(path: str) -> dict[str, Finding]:
-    return {f.check: f for f in diagnose(path, NOW, MAP)}
-
+from web.doctor import diagnose
 
 # --- svc doctor ---------------------------------------------------------------
 
@@ -96,10 +84,7 @@ def test_doctor_skips_delivery_records_it_cannot_decode(tmp_path: Path) -> None:
     path = str(tmp_path / "data")
     store = LmdbStore(path, map_size=MAP)
     hooks = WebhookStore(store)
-    delivery = attrs.evolve(
-        wd.new_delivery("0190a000-0000-7000-8000-000000000001", ENDPOINT,
-                        "00000000-0000-4000-8000-000000000001", "click", Mode.LIVE, NOW - 1_000),
-        status=DeliveryStatus.QUEUED)
+    delivery = _delivery(1, DeliveryStatus.QUEUED)
     with store.env.begin(write=True) as txn:
         hooks.add_delivery(txn, PROJECT, delivery)
         db = store.env.open_db(b"deliveries", txn=txn, create=False)
