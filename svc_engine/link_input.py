@@ -152,9 +152,14 @@ def check_destination_url(value: object, *, field: str) -> str:
     host = parts.hostname or ""
     if not host:
         raise ValidationError(f"{field} must name a host", field=field)
-    if ":" in host:
+    if parts.netloc.startswith("[") or ":" in host:
+        # Brackets hold an IPv6 address, plain: not a "future" literal
+        # (``[v1.x]``) nor a zone (``%eth0``), which urlsplit passes and no
+        # browser opens (webhook URLs are refused so too: ssrf.parse_url).
         try:
             ipaddress.IPv6Address(host)
+            if "%" in host:
+                raise ValueError(host)
         except ValueError as exc:
             raise ValidationError(f"{field} has an invalid IPv6 address", field=field) from exc
         netloc = f"[{host}]"

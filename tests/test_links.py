@@ -177,12 +177,19 @@ def test_destination_url_invalid(url: object) -> None:
     assert info.value.field == "webFallbackUrl"
 
 
-def test_a_bracketed_host_that_is_no_ipv6_address_is_named_so() -> None:
-    """``urlsplit`` passes a bracketed "future" literal with a colon in it; the
-    check refuses it as what it claims to be, an IPv6 address."""
+@pytest.mark.parametrize("url", [
+    "https://[v1.a:b]/x", "https://[v1.x]/x", "https://[::1%eth0]/x",
+    "https://[fe80::1%25en0]:8443/x",
+])
+def test_a_bracketed_host_that_is_no_plain_ipv6_address_is_named_so(url: str) -> None:
+    """``urlsplit`` passes a bracketed "future" literal and an address with a
+    zone, which no browser opens: the check refuses them as what they claim
+    to be, an IPv6 address (``[v1.x]`` was kept as given)."""
     with pytest.raises(ValidationError, match="invalid IPv6 address") as info:
-        check_destination_url("https://[v1.a:b]/x", field="androidFallbackUrl")
+        check_destination_url(url, field="androidFallbackUrl")
     assert info.value.field == "androidFallbackUrl"
+    assert check_destination_url("https://[2001:DB8::1]:8443/x", field="x") == (
+        "https://[2001:DB8::1]:8443/x")
 
 
 def test_short_url_on_default_and_custom_domains() -> None:
