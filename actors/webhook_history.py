@@ -40,12 +40,13 @@ RETRY_MS = 60_000
 log = logging.getLogger("svc.webhooks")
 
 
-RETRY_REF = "all@"
+PURGE_REF = "all"
+RETRY_REF = f"{PURGE_REF}@"
 """A retry's ref: the due time of the stored deadline it stands for follows."""
 
 
 def first_purge(now_ms: int) -> Deadline:
-    return Deadline(now_ms + PURGE_EVERY_MS, PURGE_DEADLINE, "all")
+    return Deadline(now_ms + PURGE_EVERY_MS, PURGE_DEADLINE, PURGE_REF)
 
 
 def stored_purge(deadline: Deadline) -> Deadline:
@@ -54,13 +55,13 @@ def stored_purge(deadline: Deadline) -> Deadline:
     if deadline.ref.startswith(RETRY_REF):
         due = deadline.ref.removeprefix(RETRY_REF)
         if due.isdigit():
-            return Deadline(int(due), deadline.kind, "all")
+            return Deadline(int(due), deadline.kind, PURGE_REF)
     return deadline
 
 
 async def purge(actor: WebhookActor, deadline: Deadline) -> None:
     now = actor.now_ms()
-    following = Deadline(now + PURGE_EVERY_MS, PURGE_DEADLINE, "all")
+    following = first_purge(now)
     stored = stored_purge(deadline)
 
     def reschedule(txn: lmdb.Transaction) -> None:

@@ -157,11 +157,11 @@ def check_destination_url(value: object, *, field: str) -> str:
         # (``[v1.x]``) nor a zone (``%eth0``), which urlsplit passes and no
         # browser opens (webhook URLs are refused so too: ssrf.parse_url).
         try:
-            ipaddress.IPv6Address(host)
-            if "%" in host:
-                raise ValueError(host)
-        except ValueError as exc:
-            raise ValidationError(f"{field} has an invalid IPv6 address", field=field) from exc
+            address: ipaddress.IPv6Address | None = ipaddress.IPv6Address(host)
+        except ValueError:
+            address = None
+        if address is None or address.scope_id is not None:
+            raise ValidationError(f"{field} has an invalid IPv6 address", field=field)
         netloc = f"[{host}]"
     else:
         try:
