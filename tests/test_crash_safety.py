@@ -52,6 +52,11 @@ class Receiver(http.server.ThreadingHTTPServer):
         self.arrived = threading.Condition(self.lock)
         super().__init__(("127.0.0.1", 0), _Handler)
 
+    def total(self) -> int:
+        """The requests seen so far."""
+        with self.lock:
+            return sum(self.seen.values())
+
     def wait_for_a_request(self, timeout: float) -> None:
         """Block until the next request arrives (or ``timeout`` passes)."""
         with self.lock:
@@ -128,13 +133,25 @@ def test_sigkill_under_mixed_load_loses_and_repeats_nothing(
     # fails every fifth request) waits the scaled schedule's later steps, 7.2
     # and 21.6 s: so no fixed wait, but the schedule's whole length as the
     # limit, and a delivery whose retry is overdue (stuck) fails at once.
+    # A look asks for each waiting status in turn, so a delivery can pass
+    # between two of the asks unseen (Retrying to Sending after the Sending
+    # ask): settled is two looks in a row that find none while the receiver
+    # saw no request, since a delivery seen by neither look went through an
+    # attempt between them.
     deadline = time.monotonic() + SETTLE_LIMIT_S
     with srv.client("sk_live") as c:
+        empty_since: int | None = None  # the receiver's count before the first empty look
         while True:
+            before = receiver.total()
             waiting = [d for status in WAITING for d in c.get(
                 "/v1/webhooks/deliveries", params={"status": status}).json()["data"]]
             if not waiting:
-                break
+                if empty_since is not None and receiver.total() == empty_since:
+                    break
+                empty_since = before  # this look is the first of two
+                assert time.monotonic() < deadline, "deliveries never settled"
+                continue
+            empty_since = None
             overdue = [d for d in waiting if d["status"] == "Retrying"
                        and _ms(d["nextAttemptAt"]) < time.time() * 1000 - OVERDUE_MS]
             assert not overdue, f"retries overdue: {overdue}"
