@@ -293,7 +293,9 @@ def _check_name(name: str) -> tuple[bool, UrlRejected | None]:
     """Return (is an IPv4 literal, rejection or None) for an unbracketed host."""
     if not name:
         return False, UrlRejected("URL has no host")
-    if len(name) > 253 or not set(name) <= _NAME_CHARACTERS:
+    if len(name) > 253:
+        return False, UrlRejected("host name is longer than 253 characters")
+    if not set(name) <= _NAME_CHARACTERS:
         return False, UrlRejected("host name has characters outside a-z, 0-9, '-', '_', '.'")
     labels = name.split(".")
     if any(not label or len(label) > 63 for label in labels):

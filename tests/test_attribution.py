@@ -28,6 +28,7 @@ from svc_engine.attribution import (
     TokenState,
     Unattributed,
     decide_first_launch,
+    first_launch_again,
     in_window,
     net_hash,
     token_state,
@@ -502,3 +503,28 @@ def test_an_open_from_the_page_before_the_launch_is_deterministic_before_the_win
                               now_ms=NOW, landing=raced)
     assert isinstance(got, Matched) and got.method is Method.LANDING_PAGE
     assert all(t.flow is not Flow.LANDING_PAGE for t in decide().trials)  # none: no trial
+
+
+def test_a_landing_open_waits_as_long_as_a_token() -> None:
+    # a failed first launch report is retried on a later launch, days later
+    assert LANDING_OPEN_TTL_MS == TOKEN_TTL_MS == 7 * 24 * 3_600_000
+
+
+@pytest.mark.parametrize(("link_id", "method", "expected"), [
+    (None, None, Unattributed()),
+    (LINK_A, None, Unattributed()),
+    (None, Method.INSTALL_REFERRER.value, Unattributed()),
+    (LINK_A, Method.PROBABILISTIC_MATCH.value,
+     Matched(link_id=LINK_A, confidence=Confidence.PROBABILISTIC,
+             method=Method.PROBABILISTIC_MATCH)),
+    (LINK_A, Method.INSTALL_REFERRER.value,
+     Matched(link_id=LINK_A, confidence=Confidence.DETERMINISTIC,
+             method=Method.INSTALL_REFERRER)),
+    (LINK_A, Method.LANDING_PAGE.value,
+     Matched(link_id=LINK_A, confidence=Confidence.DETERMINISTIC, method=Method.LANDING_PAGE)),
+])
+def test_a_first_launch_retried_after_its_answer_expired_gets_its_decision(
+        link_id: str | None, method: str | None, expected: Matched | Unattributed) -> None:
+    """The stored decision of the install, told again: its confidence follows
+    the method (only the probabilistic match is probabilistic)."""
+    assert first_launch_again(link_id, method) == expected

@@ -131,6 +131,19 @@ def test_init_rejects(over: dict[str, Any], field: str) -> None:
     assert field_of(lambda: parse_init(init_body(**over))) == field
 
 
+@pytest.mark.parametrize("over", [
+    {"sdkVersion": "1"}, {"sdkVersion": "x" * 64}, {"osVersion": ""}, {"osVersion": "1" * 64},
+    {"installReferrer": ""}, {"installReferrer": "a" * 4096},
+])
+def test_init_limits_are_inclusive(over: dict[str, Any]) -> None:
+    """Each length limit itself is accepted (one past it: test_init_rejects);
+    an optional text may be empty."""
+    req = parse_init(init_body(**over))
+    key, value = next(iter(over.items()))
+    assert getattr(req, {"sdkVersion": "sdk_version", "osVersion": "os_version",
+                         "installReferrer": "install_referrer"}[key]) == value
+
+
 @pytest.mark.parametrize("body", [None, [], "x", 3, True])
 def test_body_must_be_an_object(body: object) -> None:
     for parse in (parse_init, parse_resolve, parse_claim):
@@ -167,6 +180,7 @@ def test_parse_install_referrer_never_raises(raw: str) -> None:
 @pytest.mark.parametrize(("text", "major"), [
     ("17.4.1", 17), ("14", 14), ("Version 17.4 (Build 21E219)", 17), ("iOS 18.0", 18),
     (None, None), ("", None), ("beta", None), ("0.1", None), ("1234.5", None),
+    ("1", 1), ("999.1", 999),  # one to three digits
 ])
 def test_os_major(text: str | None, major: int | None) -> None:
     assert os_major(text) == major
@@ -218,6 +232,11 @@ def test_only_the_page_s_own_mark_makes_a_landing_page_open(url: str, from_page:
 ])
 def test_resolve_rejects(body: dict[str, Any], field: str) -> None:
     assert field_of(lambda: parse_resolve(body)) == field
+
+
+def test_resolve_url_of_the_longest_length() -> None:
+    url = "https://x.test/" + "a" * (2048 - len("https://x.test/"))
+    assert parse_resolve({"url": url, "installId": INSTALL}).url == url
 
 
 @pytest.mark.parametrize(("user_id", "stored"), [
@@ -425,6 +444,8 @@ def test_occurred_at_in_the_future_is_clamped_to_arrival() -> None:
     ("2026-11-01T10:00:00.1234567890Z", None),
     ("2026-11-01T24:00:00Z", None),
     ("2026-11-01T10:00:60Z", None),
+    ("2026-11-01T10:60:00Z", None),
+    ("2026-11-01T23:59:59Z", T0_MS + (13 * 60 + 59) * 60_000 + 59_000),
     ("2026-11-01T10:00:00+24:00", None),
     ("20261101T100000Z", None),
     ("2026-11-01T10:00:00+0200", None),

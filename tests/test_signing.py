@@ -560,3 +560,30 @@ def test_the_mac_covers_the_timestamp_header_as_received() -> None:
     assert signing.verify(REL_SECRET, _headers(REL_ID, padded, text_sig), REL_BODY, NOW).ok
     assert signing.verify(REL_SECRET, _headers(REL_ID, padded, over_number), REL_BODY,
                           NOW).reason == signing.NO_MATCHING_SIGNATURE
+
+
+def test_the_longest_timestamp_text_is_twenty_digits() -> None:
+    """Twenty digits (zero-padded here) is the most parsed; "9" * 21 is
+    refused in test_only_ascii_digit_timestamps."""
+    key = signing.parse_secret(REL_SECRET)
+    padded = f"{NOW:020d}"
+    mac = hmac.new(key, f"{REL_ID}.{padded}.".encode() + REL_BODY, hashlib.sha256)
+    sig = f"v1,{base64.b64encode(mac.digest()).decode()}"
+    assert signing.verify(REL_SECRET, _headers(REL_ID, padded, sig), REL_BODY, NOW).ok
+    longer = f"0{padded}"
+    mac = hmac.new(key, f"{REL_ID}.{longer}.".encode() + REL_BODY, hashlib.sha256)
+    sig = f"v1,{base64.b64encode(mac.digest()).decode()}"
+    assert signing.verify(REL_SECRET, _headers(REL_ID, longer, sig), REL_BODY,
+                          NOW).reason == signing.BAD_TIMESTAMP
+
+
+@pytest.mark.parametrize("stray", ["!", "*", "\t", "-", "_"])
+def test_a_signature_with_a_character_outside_base64_does_not_verify(stray: str) -> None:
+    """A lenient base64 decoder drops characters outside the alphabet, so a
+    valid signature with one slipped in would still match."""
+    headers = _signed(0)
+    version, _, mac = headers["webhook-signature"].partition(",")
+    tampered = f"{version},{mac[:10]}{stray}{mac[10:]}"
+    result = signing.verify(REL_SECRET, {**headers, "webhook-signature": tampered}, REL_BODY,
+                            NOW)
+    assert result.reason == signing.NO_MATCHING_SIGNATURE

@@ -193,6 +193,9 @@ def test_cgnat_metadata_named_in_pitfalls() -> None:
         ("2002:808:808::1", "6to4"),
         ("::127.0.0.1", "ipv4_compatible:loopback"),
         ("::8.8.8.8", "ipv4_compatible:global"),
+        ("::2", "ipv4_compatible:this_network"),  # the first IPv4-compatible one: not :: or ::1
+        ("::1", "loopback"),
+        ("::", "unspecified"),
         ("::ffff:0:8.8.8.8", "ipv4_translated"),
         ("fe80::1%eth0", "scoped"),
         ("2001:4860:4860::8888%1", "scoped"),
@@ -403,6 +406,7 @@ def test_url_forms(url: str, decision: str) -> None:
     [
         ("https://Example.COM/x?y=1", ssrf.UrlParts("https", "example.com", 443, False)),
         ("HTTP://localhost:8080", ssrf.UrlParts("http", "localhost", 8080, False)),
+        ("http://localhost/", ssrf.UrlParts("http", "localhost", 80, False)),
         ("https://1.2.3.4:8443/", ssrf.UrlParts("https", "1.2.3.4", 8443, True)),
         ("https://[2001:DB8::1]/", ssrf.UrlParts("https", "2001:db8::1", 443, True)),
         ("https://my_host.internal/", ssrf.UrlParts("https", "my_host.internal", 443, False)),
@@ -414,6 +418,9 @@ def test_url_forms(url: str, decision: str) -> None:
 )
 def test_parse_url(url: str, parts: ssrf.UrlParts) -> None:
     assert ssrf.parse_url(url) == parts
+
+
+LONG_NAME = ".".join(("a" * 63, "b" * 63, "c" * 63, "d" * 61))  # 253 characters, the most
 
 
 @pytest.mark.parametrize(
@@ -428,8 +435,36 @@ def test_parse_url(url: str, parts: ssrf.UrlParts) -> None:
         ("https://example.com:0/", "URL port must be 1 to 65535"),
         ("https://example.com:/", "URL port must be digits after ':'"),
         ("https://[::1%lo]/", "bracketed host must be a plain IPv6 address"),
+        ("", "URL is empty"),
+        ("https://example.com/a b", "URL must be ASCII without spaces or control characters"),
+        ("https://example.com/" + "a" * 2029, "URL is longer than 2048 characters"),
+        ("https://example.com:65536/", "URL port must be 1 to 65535"),
+        ("https://example.com:000443/", "URL port must be digits after ':'"),
+        (f"https://{LONG_NAME}x/", "host name is longer than 253 characters"),
+        ("https://ex!ample.com/", "host name has characters outside a-z, 0-9, '-', '_', '.'"),
+        ("https://" + "a" * 64 + ".io/", "host name has an empty or over-long label"),
+        ("https://example.0x1f/", "numeric host must be a dotted-quad IPv4 address"),
     ],
 )
 def test_rejection_reasons(url: str, reason: str) -> None:
     assert ssrf.parse_url(url) == ssrf.UrlRejected(reason)
     assert ssrf.url_target_rule(url) == ssrf.TargetVerdict(ssrf.BLOCKED, reason)
+
+
+@pytest.mark.parametrize(
+    ("url", "parts"),
+    [
+        # each limit itself is allowed (one past it is in test_rejection_reasons)
+        ("https://example.com/" + "a" * 2028, ssrf.UrlParts("https", "example.com", 443, False)),
+        ("https://example.com:1/", ssrf.UrlParts("https", "example.com", 1, False)),
+        ("https://example.com:65535/", ssrf.UrlParts("https", "example.com", 65535, False)),
+        ("https://example.com:00443/", ssrf.UrlParts("https", "example.com", 443, False)),
+        (f"https://{LONG_NAME}/", ssrf.UrlParts("https", LONG_NAME, 443, False)),
+        ("https://" + "a" * 63 + ".io/", ssrf.UrlParts("https", "a" * 63 + ".io", 443, False)),
+        # a last label that only looks like hex digits, or has none after 0x, is a name
+        ("https://hooks.cafe/", ssrf.UrlParts("https", "hooks.cafe", 443, False)),
+        ("https://hooks.0xg/", ssrf.UrlParts("https", "hooks.0xg", 443, False)),
+    ],
+)
+def test_limits_are_inclusive(url: str, parts: ssrf.UrlParts) -> None:
+    assert ssrf.parse_url(url) == parts

@@ -89,7 +89,7 @@ async def test_create_returns_the_endpoint_its_secret_and_status(app: App) -> No
     assert body["status"] == "Active" and body["health"]["lastSuccessAt"] is None
     assert body["env"] == "live" and body["projectId"] == app.project_id
     assert body["secret"].startswith("whsec_")
-    assert len(signing.parse_secret(body["secret"])) == signing.SECRET_BYTES
+    assert len(signing.parse_secret(body["secret"])) == 32  # a new secret: 256 bits
     default = await add_endpoint(app, "https://b.example.com/")
     assert default["events"] == ["click", "open", "install", "conversion"]
 
