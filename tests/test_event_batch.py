@@ -468,3 +468,41 @@ def test_every_layout_of_event_keys_gives_the_reference_rows(shape: str) -> None
         del items[3]["linkId"]
     fast = event_columns.fast_rows(items, NOW, encode_all_orjson)
     assert fast is not None and (fast, ()) == reference(items, encode_all_orjson)
+
+
+def test_events_refused_by_the_caller_are_left_out_in_batch_order() -> None:
+    """``refused``: events a rule of the caller refused (web/api_events.py's
+    integers past 64 bits) are named with its rejection, whatever path the
+    others take, and the rest are kept."""
+    second = str(uuid.UUID(int=5))
+    earlier = Rejection(0, "events[0].properties", "events[0].properties: the caller's rule")
+    body = {"installId": INSTALL, "events": [event(), event(id=second), event(name="")]}
+    for fast in (True, False):
+        rows = parse_event_rows(body, now_ms=NOW, fast=fast, refused={0: earlier})
+        assert rows.ids == (second,)
+        assert [(r.index, r.field) for r in rows.rejected] == [
+            (0, "events[0].properties"), (2, "events[2].name")]
+        assert rows.rejected[0] == earlier
+    with pytest.raises(ValidationError) as raised:
+        parse_event_rows({"installId": INSTALL, "events": [event()]}, now_ms=NOW,
+                         refused={0: earlier})
+    assert raised.value.field == "events[0].properties"
+
+
+@pytest.mark.parametrize(("occurred", "says"), [
+    (1_793_527_200, "must be an RFC 3339 date-time string"),
+    (None, "must be an RFC 3339 date-time string"),
+    ("2026-11-01 10:00:00", "must be an RFC 3339 date-time with seconds and a Z or +hh:mm "
+                            "offset, not before 1970"),
+    ("1969-12-31T23:59:59Z", "not before 1970"),
+])
+def test_a_bad_occurred_at_says_what_was_wrong(occurred: object, says: str) -> None:
+    body = {"installId": INSTALL, "events": [event(), event(occurredAt=occurred)]}
+    (rejection,) = parse_event_rows(body, now_ms=NOW).rejected
+    assert rejection.field == "events[1].occurredAt"
+    assert says in rejection.message
+
+
+def test_text_is_what_has_a_utf8_form() -> None:
+    assert event_batch.is_text("purchase 😀")
+    assert not event_batch.is_text("half an emoji \ud83d")

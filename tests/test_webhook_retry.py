@@ -73,6 +73,7 @@ def test_attempt_numbers_start_at_one(attempt: int) -> None:
         (302, None, 50, False, wr.REDIRECT),
         (307, None, 50, False, wr.REDIRECT),
         (308, None, 50, False, wr.REDIRECT),
+        (399, None, 50, False, wr.REDIRECT),
         (100, None, 50, False, wr.HTTP_STATUS),
         (199, None, 50, False, wr.HTTP_STATUS),
         (400, None, 50, False, wr.HTTP_STATUS),
