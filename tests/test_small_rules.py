@@ -12,7 +12,7 @@ from svc_engine.idempotency import StoredResponse, check_key, fingerprint, repla
 from svc_engine.ids import is_uuid, new_id
 from svc_engine.keys import KeyKind, Mode
 from svc_engine.plans import Plan
-from svc_engine.ratelimit import take
+from svc_engine.ratelimit import Bucket, Verdict, take
 
 
 @pytest.mark.parametrize("key", ["a", "x" * 255, "8d7f-uuid-like", "~!@#"])
@@ -67,6 +67,27 @@ def test_rate_limit_bucket_refills() -> None:
     assert not v.allowed and v.retry_after_s == 1
     v = take(v.bucket, rate=1, burst=2, now_ms=1000)
     assert v.allowed
+
+
+def test_rate_limit_bucket_arithmetic() -> None:
+    """Refill at ``rate`` a second up to ``burst``; a refusal's Retry-After is
+    the whole seconds until the next token (at least 1); a clock that steps
+    back refills nothing."""
+    first = take(None, rate=2, burst=3, now_ms=5_000)
+    assert first == Verdict(True, Bucket(2.0, 5_000))
+    empty = Bucket(0.0, 5_000)
+    assert take(empty, rate=2, burst=3, now_ms=5_250) == Verdict(False, Bucket(0.5, 5_250), 1)
+    assert take(empty, rate=2, burst=3, now_ms=5_500) == Verdict(True, Bucket(0.0, 5_500))
+    # a long pause fills the bucket to its burst, no further
+    assert take(empty, rate=2, burst=3, now_ms=60_000) == Verdict(True, Bucket(2.0, 60_000))
+    # slow refill: 0.1 a second, so 10 s from empty, 6 s from 0.4
+    assert take(empty, rate=0.1, burst=1, now_ms=5_000).retry_after_s == 10
+    assert take(Bucket(0.4, 0), rate=0.1, burst=1, now_ms=0).retry_after_s == 6
+    # no refill at all: an hour
+    assert take(empty, rate=0, burst=1, now_ms=9_000) == Verdict(False, Bucket(0.0, 9_000), 3600)
+    # the wall clock stepped back a minute: no tokens made or taken away
+    assert take(Bucket(0.5, 60_000), rate=1, burst=3, now_ms=0) == Verdict(
+        False, Bucket(0.5, 0), 1)
 
 
 @given(st.binary(min_size=16, max_size=16))

@@ -133,3 +133,16 @@ def test_an_event_no_envelope_can_carry_is_skipped_not_raised(bad: dict[str, Any
     endpoints = [_endpoint(1)]
     assert fan_out(_event(**bad), endpoints, T0 + 9, _ids(), _encode) is None
     assert fan_out(_event(), endpoints, T0 + 9, _ids(), _encode) is not None
+
+
+def test_the_sender_s_detail_names_an_error_only() -> None:
+    """An attempt's error text is the sender's detail when the attempt failed
+    without an answer, and the classified one otherwise: a detail given with
+    an HTTP answer, or an error without one, does not replace it."""
+    e = _endpoint(1)
+    after, _ = apply_answer(_sending(e), e, Answer(T0, T0 + 10, 500, None, "ignored"))
+    assert after.attempts[0].error == "HTTP 500"
+    after, _ = apply_answer(_sending(e), e, Answer(T0, T0 + 10, None, "tls_error", ""))
+    assert after.attempts[0].kind == "tls_error" and after.attempts[0].error
+    after, _ = apply_answer(_sending(e), e, Answer(T0, T0 + 10, None, "tls_error", "bad cert"))
+    assert after.attempts[0].error == "bad cert"
