@@ -443,3 +443,44 @@ def test_from_map_rejects_malformed_records(broken: dict[str, object]) -> None:
     stored = {**make_link().to_map(), **broken}
     with pytest.raises((RecordError, ValueError)):
         Link.from_map(stored)
+
+
+AT_THE_LIMITS: list[dict[str, Any]] = [
+    {"path": "/" + "a" * 2047},
+    {"params": {f"k{i}": i for i in range(50)}},
+    {"params": {"k" * 100: "x" * 1000}},
+    {"title": "x" * 200}, {"campaign": "x" * 100}, {"channel": "x" * 100},
+    {"ogTitle": "x" * 200}, {"ogDescription": "x" * 1000},
+    {"webFallbackUrl": "https://example.com/" + "a" * (2048 - len("https://example.com/"))},
+    {"tags": ["x" * 50] + [str(i) for i in range(19)]},
+]
+
+
+@pytest.mark.parametrize("body", AT_THE_LIMITS)
+def test_each_limit_itself_is_accepted(body: dict[str, Any]) -> None:
+    """One past each limit is in BAD_BODIES; the limit itself is in."""
+    draft = parse_link_create(body, allow_custom_slug=False, now_ms=NOW)
+    (key, value), = body.items()
+    got = {"path": draft.path, "params": draft.params, "title": draft.title,
+           "campaign": draft.campaign, "channel": draft.channel, "ogTitle": draft.og_title,
+           "ogDescription": draft.og_description, "webFallbackUrl": draft.web_fallback_url,
+           "tags": draft.tags}[key]
+    assert got == (tuple(value) if key == "tags" else value)
+
+
+@pytest.mark.parametrize(("key", "kind"), [
+    ("slug", "not accepted here"), ("domain", "not accepted here"), ("id", "read-only"),
+    ("createdAt", "read-only"), ("clicks", "unknown"),
+])
+def test_an_update_names_why_a_field_is_refused(key: str, kind: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_link_update({key: "x"}, now_ms=NOW)
+    assert info.value.field == key and info.value.message == f"field {key!r} is {kind}"
+
+
+def test_a_domain_of_253_characters_is_the_longest() -> None:
+    name = ".".join(("a" * 63, "b" * 63, "c" * 63, "d" * 57)) + ".com"
+    assert len(name) == 253 and normalize_domain(name) == name
+    longer = ".".join(("a" * 63, "b" * 63, "c" * 63, "d" * 58)) + ".com"
+    with pytest.raises(InvalidDomain):
+        normalize_domain(longer)
