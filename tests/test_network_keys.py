@@ -30,6 +30,7 @@ from svc_engine.network_keys import (
     epoch_of,
     next_rotation_ms,
 )
+from svc_engine.settings import WINDOW_MAX
 from tests.conftest import App, running_app
 from tests.deferred_helpers import IOS_UA, init_body, new_install
 from tests.test_deferred_api import init, link, setup, tap
@@ -276,3 +277,9 @@ async def test_a_wall_clock_stepped_forward_rotates_within_a_minute(
         assert [e for e, _ in held.keys][-2:] == [epoch_of(now), epoch_of(now) + 1]
         dropped = [k for e, k in first.items() if e < epoch_of(now) - 1]
         assert dropped and not set(dropped) & {k for _, k in held.keys}
+
+
+def test_an_epoch_outlasts_the_longest_window_and_no_more_than_spec_keeps_a_hash() -> None:
+    """Longer than the longest window (a launch's taps lie in its epoch or the
+    one before), at most the 7 hours SPEC.md keeps a network hash."""
+    assert WINDOW_MAX * 60_000 < EPOCH_MS <= 7 * 3_600_000

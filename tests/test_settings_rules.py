@@ -79,3 +79,15 @@ def test_patch_round_trips_through_storage_map(patch: dict[str, object]) -> None
     assert DeferredSettings.from_map(new.to_map()) == new
     for k, v in patch.items():
         assert new.to_json()[k] == v
+
+
+def test_a_stored_record_without_a_field_reads_as_its_default() -> None:
+    """A settings record written before a field existed (only its version)."""
+    assert DeferredSettings.from_map({"v": 1}).to_json() == DEFAULTS
+    kept = DeferredSettings.from_map({"v": 1, "probabilisticMatching": True})
+    assert kept.to_json() == {**DEFAULTS, "probabilisticMatching": True}
+
+
+@pytest.mark.parametrize(("minutes", "ms"), [(15, 900_000), (120, 7_200_000), (360, 21_600_000)])
+def test_the_window_in_milliseconds(minutes: int, ms: int) -> None:
+    assert DeferredSettings(probabilistic_window_minutes=minutes).window_ms == ms

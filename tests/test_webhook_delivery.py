@@ -94,6 +94,12 @@ def test_response_body_is_capped_and_decoded() -> None:
     assert bad.attempts[0].response_body == "\ufffd\ufffdok"
 
 
+def test_an_attempt_s_duration_is_never_negative() -> None:
+    """The wall clock stepped back during the attempt: 0 ms, not a negative."""
+    assert _attempt(_new(), FAIL, T0, took=-1_500).attempts[0].duration_ms == 0
+    assert _attempt(_new(), FAIL, T0, took=250).attempts[0].duration_ms == 250
+
+
 def _failed() -> wd.Delivery:
     d = _new()
     while d.status is not S.FAILED:
