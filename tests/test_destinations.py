@@ -220,3 +220,11 @@ def test_entries_are_a_fixed_point_or_refused(text: str) -> None:
     except ValidationError:
         return
     assert host_entry(entry) == entry and entry == entry.lower() and entry.isascii()
+
+
+def test_the_longest_entry_is_a_wildcard_of_the_longest_name() -> None:
+    name = ".".join(("a" * 63, "b" * 63, "c" * 63, "d" * 57)) + ".com"  # 253 characters
+    assert host_entry(f"*.{name}") == f"*.{name}"  # 255 characters, the most
+    with pytest.raises(ValidationError) as info:
+        host_entry(f"*.{name}x")
+    assert info.value.message == f"{FIELD}: an entry is at most 255 characters"

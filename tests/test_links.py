@@ -29,6 +29,7 @@ from svc_engine.links import (
     parse_link_update,
     resolved_link_json,
     short_url,
+    slug_in,
 )
 
 NOW = 1_750_000_000_000  # 2025-06-15T15:06:40Z
@@ -484,3 +485,18 @@ def test_a_domain_of_253_characters_is_the_longest() -> None:
     longer = ".".join(("a" * 63, "b" * 63, "c" * 63, "d" * 58)) + ".com"
     with pytest.raises(InvalidDomain):
         normalize_domain(longer)
+
+
+@pytest.mark.parametrize(("path", "under", "slug"), [
+    ("/abc", "", "abc"),
+    ("/go/abc", "/go", "abc"),
+    ("/go/abc", "/go/", "abc"),
+    ("/abc", "/go", None),  # the default domain serves links under the public URL's path
+    ("/gox/abc", "/go", None),
+    ("/go/", "/go", None),
+    ("/go/a/b", "/go", None),
+    ("/", "", None),
+    ("abc", "", None),
+])
+def test_slug_in_a_short_url_path(path: str, under: str, slug: str | None) -> None:
+    assert slug_in(path, under=under) == slug
