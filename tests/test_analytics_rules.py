@@ -93,7 +93,9 @@ def test_revenue_sums_exactly_per_currency() -> None:
     rows: list[CounterRow] = [
         ("2026-01-01", "currency", "USD", "0.1"), ("2026-01-02", "currency", "USD", "0.2"),
             ("2026-01-01", "currency", "EUR", "-3"), ("2026-01-01", "currency", "SEK", "bad"),
-            ("2026-01-01", "total", "", 5)]
+            ("2026-01-01", "total", "", 5),
+            ("2026-01-01", "platform", "ios", "7"),  # another dimension's row: not revenue
+            ("2026-01-01", "currency", "GBP", 4)]  # a damaged counter: not an amount
     assert revenue_summary(rows) == {"EUR": "-3", "USD": "0.3"}
 
 

@@ -10,6 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from svc_engine import endpoint_health
+from svc_engine.decode import RecordError
+from svc_engine.endpoint_health import HealthState
 from svc_engine.errors import ValidationError
 from svc_engine.keys import Mode
 from svc_engine.webhook_delivery import Attempt, Delivery, DeliveryStatus
@@ -21,6 +23,7 @@ from svc_engine.webhook_records import (
     accepts,
     apply_edit,
     new_endpoint,
+    off_if_due,
     parse_create,
     record_outcome,
     rotate_secret,
@@ -160,6 +163,26 @@ def test_endpoint_round_trips(events: list[str], description: str | None, off: b
     if off:
         e = turn_off(e, T0 + 99)
     assert Endpoint.from_map(e.to_map()) == e
+
+
+@pytest.mark.parametrize("events", [[1], ["click", None], "click", None])
+def test_an_endpoint_record_needs_a_list_of_event_names(events: object) -> None:
+    with pytest.raises(RecordError):
+        Endpoint.from_map({**_endpoint().to_map(), "events": events})
+
+
+def test_off_if_due_changes_only_an_endpoint_the_rule_turned_off() -> None:
+    """Twenty failures, the first more than 24 hours ago and none since: Off
+    as of the moment the 24 hours passed; before that, the very same record."""
+    e = _endpoint()
+    for i in range(20):
+        e = record_outcome(e, False, T0 + i * 60_000)
+    assert off_if_due(e, T0 + 24 * HOUR) is e
+    healthy = _endpoint()
+    assert off_if_due(healthy, T0 + 99 * HOUR) is healthy
+    off = off_if_due(e, T0 + 30 * HOUR)
+    assert off.health.state is HealthState.OFF and off.updated_at_ms == T0 + 30 * HOUR
+    assert off.health.off_at_ms == T0 + 24 * HOUR + 1
 
 
 def test_event_round_trips() -> None:
