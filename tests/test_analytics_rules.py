@@ -83,6 +83,9 @@ def test_installs_and_opens_extras() -> None:
         ("2026-01-01", "total", "", 3), ("2026-01-01", "confidence", "unattributed", 2),
         ("2026-01-01", "confidence", "deterministic", 1)], days)
     assert installs["unattributed"] == 2
+    all_matched = metric_summary(Metric.INSTALLS, [
+        ("2026-01-01", "total", "", 1), ("2026-01-01", "confidence", "deterministic", 1)], days)
+    assert all_matched["unattributed"] == 0
     opens = metric_summary(Metric.OPENS, [
         ("2026-01-01", "total", "", 2), ("2026-01-01", "method", "authenticated_handoff", 1),
         ("2026-01-01", "method", "app_link", 1)], days)
@@ -294,3 +297,12 @@ def test_remembered_revenue_matches_the_rule(pairs: list[tuple[object, object]])
         found = _revenue(properties)
         if found is not None:  # the same decimal, not just an equal one (1 vs 1.0 vs True)
             assert str(found[1]) == str(revenue(properties)[1])  # type: ignore[index]
+
+
+def test_a_range_s_days_and_milliseconds() -> None:
+    r = DayRange("2026-02-27", "2026-03-02")
+    assert r.days() == ["2026-02-27", "2026-02-28", "2026-03-01", "2026-03-02"]
+    assert r.start_ms == 1_772_150_400_000  # 2026-02-27T00:00:00Z
+    assert r.end_ms == r.start_ms + 4 * 86_400_000
+    assert DayRange("1970-01-01", "1970-01-01").start_ms == 0
+    assert DayRange("1970-01-02", "1970-01-02").days() == ["1970-01-02"]
