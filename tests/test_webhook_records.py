@@ -196,6 +196,10 @@ def test_json_view_hides_the_secret_in_lists() -> None:
     shown = endpoint_json(turn_off(e, T0 + 1), with_secret=True)
     assert shown["secret"] == SECRET and shown["status"] == "Off"
     assert shown["health"]["offBy"] == "manual" and shown["health"]["offAt"]
+    assert shown["health"]["offReason"] == "Turned off by a team member"
+    assert endpoint_json(e, with_secret=False)["health"]["offReason"] is None  # null, not ""
+    said = endpoint_json(turn_off(e, T0 + 1, "Turned off by ana@example.com"), with_secret=False)
+    assert said["health"]["offReason"] == "Turned off by ana@example.com"
 
 
 def test_json_view_times_a_failing_streak_from_its_first_failure() -> None:
@@ -225,3 +229,7 @@ def test_json_view_of_a_delivery_times_each_attempt_by_its_start() -> None:
     assert [a["durationMs"] for a in view["attemptLog"]] == [250, 250]
     assert view["lastAttemptAt"] == iso_utc_ms(T0 + 60_010)
     assert view["createdAt"] == iso_utc_ms(T0 - 500)
+    assert view["response"] == {"status": 500, "body": "", "truncated": False}
+    unanswered = attrs.evolve(d, attempts=(attrs.evolve(attempts[0], status_code=None,
+                                                        kind="connection_error"),))
+    assert delivery_json(unanswered, _endpoint(), None)["response"] is None
