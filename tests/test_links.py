@@ -500,3 +500,11 @@ def test_a_domain_of_253_characters_is_the_longest() -> None:
 ])
 def test_slug_in_a_short_url_path(path: str, under: str, slug: str | None) -> None:
     assert slug_in(path, under=under) == slug
+
+
+def test_a_destination_keeps_every_printable_ascii_character() -> None:
+    """Only what a Location header cannot carry is percent-encoded: non-ASCII."""
+    kept = "https://example.com/a!b~c'd*e?q=!$&r=(x)#!top"
+    assert check_destination_url(kept, field="webFallbackUrl") == kept
+    assert check_destination_url("https://example.com/é!", field="webFallbackUrl") == (
+        "https://example.com/%C3%A9!")
