@@ -177,6 +177,8 @@ def test_click_data_rejects(overrides: dict[str, Any], field: str) -> None:
         ("http://0xCB000071/", None), ("http://a.0x/", None), ("http://0xcb.0.0x71.197/", None),
         ("https://0xg.example/", "0xg.example"), ("https://example.0xg/", "example.0xg"),
         ("2001:db8::1", None),
+        ("fe80::1", None),  # two colons: not "fe80" with a port
+        ("cafe::1", None),
         ("example.com:8080", "example.com"),
         # only a DNS host name is kept: it goes into counter keys and exports
         ("https://" + "a" * 427 + ".com/", None),  # a label of 427 (LMDB keys end at 511)
