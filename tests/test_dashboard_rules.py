@@ -43,6 +43,7 @@ from svc_engine.signin_throttle import (
     EMAIL_LIMIT,
     Failures,
     Limit,
+    forget_failure,
     record_failure,
     retry_after_s,
 )
@@ -327,3 +328,13 @@ def test_invitations_last_seven_days_and_round_trip() -> None:
     assert parse_role(" Admin ") is Role.ADMIN
     with pytest.raises(ValidationError):
         parse_role("boss")
+
+
+def test_forget_a_failure_counted_before_its_check() -> None:
+    """A sign-in counted as failed before its password was checked, which
+    turned out right, is taken back: that one time, once."""
+    assert forget_failure(None, 5) is None
+    state = Failures((1, 5, 5, 9))
+    assert forget_failure(state, 7) is state  # never recorded: unchanged
+    assert forget_failure(state, 5) == Failures((1, 5, 9))
+    assert forget_failure(Failures((9,)), 9) == Failures(())

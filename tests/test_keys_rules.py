@@ -67,6 +67,26 @@ def test_wrong_kind_is_403(have: KeyKind, need: KeyKind) -> None:
     with pytest.raises(WrongKeyKind) as e:
         check_key_kind(rec, need)
     assert e.value.status == 403 and e.value.code == "wrong_key_kind"
+    # the message names the kind the endpoint takes
+    assert ("publishable key (pk_)" in e.value.message) is (need is KeyKind.PUBLISHABLE)
+    assert ("secret key (sk_" in e.value.message) is (need is KeyKind.SECRET)
+
+
+@pytest.mark.parametrize("scheme", ["Basic", "Token", "Bearer:"])
+def test_a_valid_key_under_another_scheme_is_invalid(scheme: str) -> None:
+    raw = new_key(KeyKind.SECRET, Mode.LIVE, b"\x01" * 24)
+    with pytest.raises(InvalidApiKey):
+        parse_bearer(f"{scheme} {raw}")
+
+
+def test_the_json_view_of_a_key() -> None:
+    _, pk = _record(KeyKind.PUBLISHABLE)
+    raw_s, sk = _record(KeyKind.SECRET)
+    assert pk.to_json()["kind"] == "publishable" and sk.to_json()["kind"] == "secret"
+    assert sk.to_json()["hint"] == f"sk_test_\u2026{raw_s[-4:]}"
+    assert sk.to_json()["revoked"] is False
+    _, gone = _record(KeyKind.SECRET, revoked=True)
+    assert gone.to_json()["revoked"] is True
 
 
 def test_only_publishable_keys_keep_their_value() -> None:
