@@ -267,3 +267,18 @@ def test_assetlinks_statement() -> None:
 ])
 def test_assetlinks_empty_without_package_and_fingerprint(android: AndroidPlatform) -> None:
     assert assetlinks(Platforms(android=android)) == []
+
+
+@pytest.mark.parametrize(("section", "key", "longest"), [
+    ("ios", "bundleId", "com." + "a" * 151),  # App Store Connect: 155 characters
+    ("android", "packageName", "com." + "a" * 251),  # 255
+    ("ios", "scheme", "a" * 64),
+    ("android", "scheme", "a" * 64),
+])
+def test_lengths_up_to_the_limit_are_accepted_and_one_more_is_not(
+        section: str, key: str, longest: str) -> None:
+    accepted = apply_platforms_patch(full(), {section: {key: longest}})
+    assert accepted.to_json()[section][key] == longest
+    with pytest.raises(ValidationError) as info:
+        apply_platforms_patch(full(), {section: {key: longest + "a"}})
+    assert info.value.field == f"{section}.{key}"
