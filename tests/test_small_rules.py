@@ -10,6 +10,7 @@ from svc_engine import config as config_mod
 from svc_engine import errors
 from svc_engine.idempotency import StoredResponse, check_key, fingerprint, replay_or_conflict
 from svc_engine.ids import is_uuid, new_id
+from svc_engine.invites import INVITE_TTL_MS, check_email, new_invite
 from svc_engine.keys import KeyKind, Mode
 from svc_engine.plans import Plan
 from svc_engine.ratelimit import Bucket, Verdict, take
@@ -299,3 +300,21 @@ def test_the_quotas_are_the_readme_s_plans_table() -> None:
         quota = QUOTAS[Plan(plan)]
         assert (quota.links, quota.projects, quota.webhooks, quota.members) == (
             number(links), number(projects), webhooks.strip() == "yes", number(members)), plan
+
+
+def test_an_invited_address_is_at_most_254_characters() -> None:
+    """RFC 5321's limit on a path: 254 characters of address."""
+    longest = "a" * 64 + "@" + ".".join(["b" * 63, "c" * 63, "d" * 61])
+    assert len(longest) == 254 and check_email(longest) == longest
+    with pytest.raises(errors.ValidationError):
+        check_email("a" + longest)
+
+
+def test_an_invitation_takes_48_random_bytes_and_lasts_a_week() -> None:
+    from svc_engine.records import Role
+
+    with pytest.raises(ValueError):
+        new_invite(b"\x01" * 47, "org", "ana@example.com", Role.DEVELOPER, "u", 0)
+    token, invite = new_invite(b"\x01" * 48, "org", "Ana@Example.com", Role.DEVELOPER, "u", 5)
+    assert token and invite.email == "ana@example.com"
+    assert invite.expires_at_ms - invite.created_at_ms == INVITE_TTL_MS == 7 * 86_400_000
