@@ -554,26 +554,25 @@ def test_the_mac_covers_the_timestamp_header_as_received() -> None:
     a signature over the number written another way does not verify."""
     key = signing.parse_secret(REL_SECRET)
     padded = f"0{NOW}"
-    over_text = hmac.new(key, f"{REL_ID}.{padded}.".encode() + REL_BODY, hashlib.sha256)
     over_number = signing.signature_for_key(key, REL_ID, NOW, REL_BODY)
-    text_sig = f"v1,{base64.b64encode(over_text.digest()).decode()}"
-    assert signing.verify(REL_SECRET, _headers(REL_ID, padded, text_sig), REL_BODY, NOW).ok
+    assert signing.verify(REL_SECRET, _signed_over_text(padded), REL_BODY, NOW).ok
     assert signing.verify(REL_SECRET, _headers(REL_ID, padded, over_number), REL_BODY,
                           NOW).reason == signing.NO_MATCHING_SIGNATURE
+
+
+def _signed_over_text(timestamp_text: str) -> Headers:
+    """Headers signed over the timestamp as written (leading zeros and all)."""
+    key = signing.parse_secret(REL_SECRET)
+    mac = hmac.new(key, f"{REL_ID}.{timestamp_text}.".encode() + REL_BODY, hashlib.sha256)
+    return _headers(REL_ID, timestamp_text, f"v1,{base64.b64encode(mac.digest()).decode()}")
 
 
 def test_the_longest_timestamp_text_is_twenty_digits() -> None:
     """Twenty digits (zero-padded here) is the most parsed; "9" * 21 is
     refused in test_only_ascii_digit_timestamps."""
-    key = signing.parse_secret(REL_SECRET)
     padded = f"{NOW:020d}"
-    mac = hmac.new(key, f"{REL_ID}.{padded}.".encode() + REL_BODY, hashlib.sha256)
-    sig = f"v1,{base64.b64encode(mac.digest()).decode()}"
-    assert signing.verify(REL_SECRET, _headers(REL_ID, padded, sig), REL_BODY, NOW).ok
-    longer = f"0{padded}"
-    mac = hmac.new(key, f"{REL_ID}.{longer}.".encode() + REL_BODY, hashlib.sha256)
-    sig = f"v1,{base64.b64encode(mac.digest()).decode()}"
-    assert signing.verify(REL_SECRET, _headers(REL_ID, longer, sig), REL_BODY,
+    assert signing.verify(REL_SECRET, _signed_over_text(padded), REL_BODY, NOW).ok
+    assert signing.verify(REL_SECRET, _signed_over_text(f"0{padded}"), REL_BODY,
                           NOW).reason == signing.BAD_TIMESTAMP
 
 

@@ -14,6 +14,7 @@ from svc_engine.invites import INVITE_TTL_MS, check_email, new_invite
 from svc_engine.keys import KeyKind, Mode
 from svc_engine.plans import Plan
 from svc_engine.ratelimit import Bucket, Verdict, take
+from svc_engine.records import Role
 
 
 @pytest.mark.parametrize("key", ["a", "x" * 255, "8d7f-uuid-like", "~!@#"])
@@ -199,7 +200,6 @@ def test_values_at_the_edges_are_taken() -> None:
 @pytest.mark.parametrize("text", ["a\x00b", "a\x01b", "line\nbreak", "tab\there"])
 def test_names_descriptions_and_invited_emails_have_no_control_characters(text: str) -> None:
     """A NUL in an organization's name was written into every dashboard page."""
-    from svc_engine.invites import check_email
     from svc_engine.webhook_endpoint import validate_description
 
     with pytest.raises(errors.ValidationError):
@@ -311,8 +311,6 @@ def test_an_invited_address_is_at_most_254_characters() -> None:
 
 
 def test_an_invitation_takes_48_random_bytes_and_lasts_a_week() -> None:
-    from svc_engine.records import Role
-
     with pytest.raises(ValueError):
         new_invite(b"\x01" * 47, "org", "ana@example.com", Role.DEVELOPER, "u", 0)
     token, invite = new_invite(b"\x01" * 48, "org", "Ana@Example.com", Role.DEVELOPER, "u", 5)
