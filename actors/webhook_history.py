@@ -16,6 +16,14 @@ deadline of the timer only, which names the stored one in its ref
 (``all@<due ms>``), so that the retry's write replaces the stored deadline:
 deleting only the retry's own (never stored) left the old one behind, and
 after a restart it started a second hourly chain beside the first.
+
+A store that already holds such a second chain is healed by the actor's
+memory of the deadline it recorded last (``WebhookActor.purge_next``): a
+purge deadline that fires while another one, that recorded one, is still
+in the store is the second chain's; it is deleted and starts nothing. A
+point read decides it, with no scan of the deadlines (a webhook backlog can
+be millions of them), and it never deletes the last chain: the other one
+is in the store. Within an hour or two of a start only one chain is left.
 """
 
 from __future__ import annotations
@@ -63,6 +71,10 @@ async def purge(actor: WebhookActor, deadline: Deadline) -> None:
     now = actor.now_ms()
     following = first_purge(now)
     stored = stored_purge(deadline)
+    live = actor.purge_next
+    if live is not None and live != stored and actor.tables.store.persisted_deadlines([live]):
+        await _end_chain(actor, stored, live)  # another chain's: this actor recorded live
+        return
 
     def reschedule(txn: lmdb.Transaction) -> None:
         actor.tables.store.delete_deadline(txn, stored)
@@ -76,12 +88,24 @@ async def purge(actor: WebhookActor, deadline: Deadline) -> None:
         actor.schedule(Deadline(now + RETRY_MS, PURGE_DEADLINE,
                                 f"{RETRY_REF}{stored.due_ms}"))
         return
+    actor.purge_next = following
     actor.schedule(following)
     try:
         await _sweep(actor, now)
     except SvcError as e:
         log.warning("webhook history: a sweep failed (%s); the next one is in %d s", e,
                     PURGE_EVERY_MS // 1000)
+
+
+async def _end_chain(actor: WebhookActor, stored: Deadline, live: Deadline) -> None:
+    """Delete ``stored``, another chain's deadline (``live`` is this one's)."""
+    try:
+        await actor.write(lambda txn: actor.tables.store.delete_deadline(txn, stored))
+    except SvcError as e:  # it stays in the store: the next start finds it again
+        log.warning("webhook history: a second hourly sweep could not be removed (%s)", e)
+        return
+    log.info("webhook history: removed a second hourly sweep (due at %d ms; the one "
+             "due at %d ms stays)", stored.due_ms, live.due_ms)
 
 
 async def _sweep(actor: WebhookActor, now: int) -> None:

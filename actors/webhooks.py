@@ -184,6 +184,8 @@ class WebhookActor:
         self._rearm_pending: set[str] = set()
         self._bodies = RecentBodies()  # of dispatched events (body_key)
         self._stats = WebhookStats()
+        # the history purge deadline this actor recorded last (webhook_history)
+        self.purge_next: Deadline | None = None
 
     def statistics(self) -> WebhookStats:
         self._stats.endpoints = len(self._endpoints)
@@ -236,6 +238,7 @@ class WebhookActor:
         if not self._store.deadline_kinds({PURGE_DEADLINE}):
             first = first_purge(now)
             await self._writes.write(lambda txn: self._store.put_deadline(txn, first))
+            self.purge_next = first
         plans: dict[str, bool] = {}
         recovered = 0
         after: bytes | None = None

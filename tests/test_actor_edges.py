@@ -402,6 +402,75 @@ async def test_a_sweep_whose_next_deadline_cannot_be_recorded_is_tried_a_minute_
     assert purges() == [t0 + 6 * HOUR + MINUTE]
 
 
+async def test_a_second_hourly_sweep_left_in_an_older_store_is_removed_when_it_fires(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A store written before the retry's fix can hold two hourly chains. The
+    first to fire sweeps and records the next; the other, firing while that
+    one is in the store, is deleted and starts nothing: one chain is left,
+    across restarts too."""
+    clock = TrioWallClock(BASE)
+    t0 = clock.now_ms()
+    await store.add_deadlines([Deadline(t0 + 10 * MINUTE, PURGE_DEADLINE, "all"),
+                               Deadline(t0 + 50 * MINUTE, PURGE_DEADLINE, "all")])
+    sweeps: list[int] = []
+    real_sweep = webhook_history._sweep
+
+    async def counted_sweep(actor: WebhookActor, now: int) -> None:
+        sweeps.append(now)
+        await real_sweep(actor, now)
+
+    monkeypatch.setattr(webhook_history, "_sweep", counted_sweep)
+    caplog.set_level(logging.INFO, logger="svc.webhooks")
+
+    def purges() -> list[int]:
+        return [d.due_ms for d in store.load_deadlines() if d.kind == PURGE_DEADLINE]
+
+    async with running(store, clock, HungEndpoint(clock)):
+        await trio.sleep(15 * MINUTE / 1000)
+        assert sweeps == [t0 + 10 * MINUTE]
+        assert purges() == [t0 + 50 * MINUTE, t0 + 70 * MINUTE]
+        await trio.sleep(40 * MINUTE / 1000)  # the second chain's moment has passed
+        assert sweeps == [t0 + 10 * MINUTE]
+        assert purges() == [t0 + 70 * MINUTE]
+        assert [r.getMessage() for r in caplog.records] == [
+            f"webhook history: removed a second hourly sweep (due at {t0 + 50 * MINUTE} "
+            f"ms; the one due at {t0 + 70 * MINUTE} ms stays)"]
+        await trio.sleep(HOUR / 1000)
+        assert sweeps == [t0 + 10 * MINUTE, t0 + 70 * MINUTE]
+        assert purges() == [t0 + 130 * MINUTE]
+    sweeps.clear()
+    async with running(store, clock, HungEndpoint(clock)):  # a restart: still one chain
+        await trio.sleep(2 * HOUR / 1000)
+    assert sweeps == [t0 + 130 * MINUTE, t0 + 190 * MINUTE]
+    assert purges() == [t0 + 250 * MINUTE]
+
+
+async def test_a_second_hourly_sweep_the_store_will_not_remove_stays_for_the_next_start(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    clock = TrioWallClock(BASE)
+    t0 = clock.now_ms()
+    second = Deadline(t0 + 50 * MINUTE, PURGE_DEADLINE, "all")
+    await store.add_deadlines([Deadline(t0 + 10 * MINUTE, PURGE_DEADLINE, "all"), second])
+    real_delete = LmdbStore.delete_deadline
+
+    def refusing_delete(self: LmdbStore, txn: lmdb.Transaction, d: Deadline) -> None:
+        if d == second:
+            raise StorageUnavailable("simulated: the disk is full")
+        real_delete(self, txn, d)
+
+    monkeypatch.setattr(LmdbStore, "delete_deadline", refusing_delete)
+    caplog.set_level(logging.WARNING, logger="svc.webhooks")
+    async with running(store, clock, HungEndpoint(clock)):
+        await trio.sleep(55 * MINUTE / 1000)
+    assert [d.due_ms for d in store.load_deadlines() if d.kind == PURGE_DEADLINE] == [
+        t0 + 50 * MINUTE, t0 + 70 * MINUTE]
+    assert [r.getMessage() for r in caplog.records] == [
+        "webhook history: a second hourly sweep could not be removed (simulated: the "
+        "disk is full)"]
+
+
 # -- the WebhookActor ------------------------------------------------------------------
 
 async def _hooked(store: LmdbStore, clock: TrioWallClock, actor: WebhookActor
