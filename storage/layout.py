@@ -138,15 +138,21 @@ def response_key(idem_key: bytes) -> bytes:
     return hashlib.blake2b(idem_key, digest_size=16).digest()
 
 
+MAX_KEY = 511
+"""The longest key LMDB stores (its default ``MDB_MAXKEYSIZE``)."""
+
+
 def prefix_end(prefix: bytes) -> bytes:
-    """The first key after every key that starts with ``prefix``."""
+    """The first key after every key that starts with ``prefix``. A prefix of
+    0xFF bytes alone has none among LMDB's keys: the key one byte longer than
+    the longest it stores stands for it."""
     b = bytearray(prefix)
     while b:
         if b[-1] < 0xFF:
             b[-1] += 1
             return bytes(b)
         b.pop()
-    return b"\xff" * 64
+    return b"\xff" * (MAX_KEY + 1)
 
 
 def part(value: bytes | None) -> bytes:

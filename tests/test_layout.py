@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 import pytest
@@ -69,3 +70,46 @@ def test_uid_edge_forms(value: str) -> None:
 def test_uid_cache_is_small() -> None:
     """Ids made by requests pass through once: a bound of 65,536 held ~14 MiB of them."""
     assert layout.uid.cache_info().maxsize == layout.UID_CACHE <= 4096
+
+
+KEYS = st.binary(max_size=8).map(lambda b: b.replace(b"\x01", b"\xff"))  # many 0xFF bytes
+
+
+@given(KEYS, KEYS)
+def test_prefix_end_is_after_every_key_of_the_prefix_and_before_every_later_one(
+        prefix: bytes, key: bytes) -> None:
+    end = layout.prefix_end(prefix)
+    if key.startswith(prefix):
+        assert key < end
+        assert (prefix + key + b"\xff" * layout.MAX_KEY)[:layout.MAX_KEY] < end
+    elif key > prefix:
+        assert key >= end
+
+
+@pytest.mark.parametrize(("prefix", "end"), [
+    (b"a", b"b"), (b"a\xff", b"b"), (b"\x00\xff\xff", b"\x01"), (b"ab\xfe", b"ab\xff")])
+def test_prefix_end_carries_past_0xff_bytes(prefix: bytes, end: bytes) -> None:
+    assert layout.prefix_end(prefix) == end
+
+
+@pytest.mark.parametrize("prefix", [b"", b"\xff", b"\xff" * 17])
+def test_a_prefix_of_0xff_bytes_ends_after_the_longest_key_lmdb_stores(prefix: bytes) -> None:
+    assert layout.prefix_end(prefix) > b"\xff" * layout.MAX_KEY
+
+
+@pytest.mark.parametrize(("value", "part"), [
+    (None, b"\x00"), (b"", b"\x01\x00"), (b"ab", b"\x01\x02ab"),
+    (b"x" * 255, b"\x01\xff" + b"x" * 255)])
+def test_a_key_part_is_its_length_and_bytes(value: bytes | None, part: bytes) -> None:
+    assert layout.part(value) == part
+
+
+def test_a_key_part_longer_than_255_bytes_is_its_sha256() -> None:
+    value = b"x" * 256
+    assert layout.part(value) == b"\x02" + hashlib.sha256(value).digest()
+
+
+@given(st.none() | st.binary(max_size=300), st.none() | st.binary(max_size=300))
+def test_no_key_part_is_a_prefix_of_another_values(a: bytes | None, b: bytes | None) -> None:
+    if a != b:
+        assert not layout.part(b).startswith(layout.part(a))
