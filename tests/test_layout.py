@@ -1,10 +1,12 @@
-"""Key parts (storage/layout.py): ids to 16 bytes and back."""
+"""Key parts (storage/layout.py): ids to 16 bytes and back, prefix ends, key parts."""
 
 from __future__ import annotations
 
 import hashlib
+import pathlib
 import uuid
 
+import lmdb
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -113,3 +115,11 @@ def test_a_key_part_longer_than_255_bytes_is_its_sha256() -> None:
 def test_no_key_part_is_a_prefix_of_another_values(a: bytes | None, b: bytes | None) -> None:
     if a != b:
         assert not layout.part(b).startswith(layout.part(a))
+
+
+def test_max_key_is_the_longest_key_lmdb_stores(tmp_path: pathlib.Path) -> None:
+    env = lmdb.open(str(tmp_path), map_size=1 << 20)
+    try:
+        assert env.max_key_size() == layout.MAX_KEY
+    finally:
+        env.close()
