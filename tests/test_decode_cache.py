@@ -85,3 +85,25 @@ def test_entries_of_mixed_sizes_are_charged_and_refunded_each_its_own_size() -> 
         assert cache.decode(Link, raw) is kept[raw]
     assert cache.hits == hits + 3
     assert cache.decode(Link, small[0]) is not kept[small[0]]  # dropped
+
+
+def test_a_record_the_size_of_the_whole_cache_is_kept() -> None:
+    raw = bytes(link(1, params=20, value_len=200))
+    cache = DecodeCache(max_bytes=entry_bytes(len(raw)))
+    one = cache.decode(Link, raw)
+    assert cache.decode(Link, raw) is one
+    assert len(cache) == 1 and cache.size_bytes == cache.max_bytes
+
+
+def test_an_entry_is_charged_twice_its_stored_length_and_its_headers() -> None:
+    assert entry_bytes(0) == decode_cache.ENTRY_BYTES
+    assert entry_bytes(1000) == decode_cache.ENTRY_BYTES + 2000
+
+
+def test_hits_and_misses_count_each_lookup_from_zero() -> None:
+    cache = DecodeCache()
+    assert (cache.hits, cache.misses) == (0, 0)
+    raws = [bytes(link(n)) for n in (1, 2)]
+    for raw in (raws[0], raws[0], raws[1], raws[0]):
+        cache.decode(Link, raw)
+    assert (cache.hits, cache.misses) == (2, 2)

@@ -23,6 +23,7 @@ from storage.event_records import (
     dedup_key,
     encode_all,
     received_and_install,
+    second_floor,
     sent_at_ms,
     uid16,
 )
@@ -56,6 +57,22 @@ def test_encode_all_is_orjson_per_value(values: list[Any]) -> None:
     assert encode_all(values) == [orjson.dumps(v) for v in values]
     objects = [v for v in values if isinstance(v, dict)]
     assert encode_all(objects) == [orjson.dumps(v) for v in objects]
+
+
+@pytest.mark.parametrize("values", [
+    ["},{", "{"],  # one '{' a value and a '},{' that no object makes
+    [{"a": "},{"}, {}],
+    [{"a": [{}, {}]}, {"b": 1}],
+    [[{}], [{}]],
+])
+def test_encode_all_cuts_only_a_batch_of_objects_at_their_own_braces(values: list[Any]) -> None:
+    assert encode_all(values) == [orjson.dumps(v) for v in values]
+
+
+@pytest.mark.parametrize(("ms", "floor"), [
+    (0, 0), (999, 0), (1_000, 1_000), (1_795_000_000_999, 1_795_000_000_000), (-5, 0)])
+def test_a_scan_from_a_time_starts_at_its_second(ms: int, floor: int) -> None:
+    assert second_floor(ms) == floor
 
 
 def ev(i: int, **over: Any) -> dict[str, Any]:
