@@ -73,8 +73,9 @@ only ever post to it without blocking, so no send goes up the graph.
   ``webhook-id``. Turning an endpoint on (``rearm``) brings its waiting
   deliveries back the same way, as of the turn on, but for attempts still in
   flight from before the turn off, left to their reports.
-* **History**: a daily ``webhook_purge`` deadline removes deliveries older
-  than 30 days (and bodies no delivery refers to any more).
+* **History**: an hourly ``webhook_purge`` deadline removes deliveries older
+  than 30 days (and bodies no delivery refers to any more):
+  actors/webhook_history.py.
 """
 
 from __future__ import annotations
