@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from storage import layout
@@ -258,6 +258,8 @@ def test_the_sent_time_is_read_back_from_either_json(text: str, ms: int) -> None
     assert sent_at_ms(new.json(0)) == ms
     v1 = orjson.dumps({"occurredAt": text, "id": "x", "properties": {}})  # another order
     assert sent_at_ms(v1) == ms
+    later = orjson.dumps({"id": "x", "occurredAt": text, "name": "n"})  # not the last key
+    assert sent_at_ms(later) == ms
 
 
 async def test_a_resent_event_from_a_clock_ahead_is_a_duplicate(store: LmdbStore) -> None:
@@ -360,6 +362,8 @@ async def test_migration_to_schema_4_orders_the_dedup_entries_by_time(
 @given(st.lists(st.tuples(st.integers(0, 2_999), st.sampled_from([None, LINK]),
                           st.sampled_from(["a", "b", 'q"%s'])), min_size=1, max_size=30),
        st.integers(0, 2_000))
+@example([(0, None, "a"), (1_000, None, "a")], 2_000)  # the next second's first ms
+@example([(999, None, "a"), (0, None, "a")], 2_000)
 def test_new_events_are_the_per_event_records(spec: list[tuple[int, str | None, str]],
                                                ahead: int) -> None:
     """Every field of every event as the module doc defines it, one event at a
