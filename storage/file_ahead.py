@@ -51,6 +51,18 @@ HIGH_PAGES = 1024
 log = logging.getLogger("svc.storage")
 
 
+def tail_target(ready_to: int, end: int, map_size: int, page: int) -> int | None:
+    """How long to make the file, in bytes, with LMDB's pages ending at
+    ``end`` and the file read ahead up to ``ready_to``: ``HIGH_PAGES`` past
+    the end (within the map) once fewer than ``LOW_PAGES`` lie ready; None
+    when enough lie ready, or when the map is (nearly) full and there is
+    nothing past what is ready to prepare."""
+    if ready_to - end >= LOW_PAGES * page:
+        return None
+    target = min(end + HIGH_PAGES * page, map_size)
+    return target if target > max(ready_to, end) else None
+
+
 class FileAhead:
     """Owned by the store's writer: :meth:`prepare` runs in the thread that
     commits, between commits."""
@@ -93,11 +105,9 @@ class FileAhead:
             return
         info = self._env.info()
         end = (int(info["last_pgno"]) + 1) * self._page
-        if self._ready_to - end >= LOW_PAGES * self._page:
+        target = tail_target(self._ready_to, end, int(info["map_size"]), self._page)
+        if target is None:
             return
-        target = min(end + HIGH_PAGES * self._page, int(info["map_size"]))
-        if target <= max(self._ready_to, end):
-            return  # the map is (nearly) full: nothing past the end to prepare
         try:
             self._extend(end, target)
         except (OSError, lmdb.Error) as e:

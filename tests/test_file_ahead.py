@@ -21,7 +21,7 @@ import lmdb
 import pytest
 import trio
 
-from storage.file_ahead import HIGH_PAGES, LOW_PAGES, FileAhead
+from storage.file_ahead import HIGH_PAGES, LOW_PAGES, FileAhead, tail_target
 from storage.lmdb_store import LmdbStore
 from storage.writer import Op
 
@@ -296,3 +296,19 @@ def test_pages_the_store_grows_into_stay_single_page_folios(tmp_path: Path) -> N
         pytest.skip("this file system caches LMDB's growth one page a folio anyway")
     assert control > pages // 2
     assert _large_folios_after_growth(tmp_path / "prepared", prepared=True) == (0, pages)
+
+
+@pytest.mark.parametrize(("ready_pages", "end_pages", "map_pages", "target_pages"), [
+    (0, 10, 1 << 20, 10 + HIGH_PAGES),  # nothing ready yet
+    (10 + LOW_PAGES, 10, 1 << 20, None),  # exactly LOW_PAGES ready: enough
+    (10 + LOW_PAGES - 1, 10, 1 << 20, 10 + HIGH_PAGES),  # one fewer: prepare again
+    (5, 10, 1 << 20, 10 + HIGH_PAGES),  # LMDB grew past what was ready
+    (0, 10, 10 + 20, 10 + 20),  # the map's end comes first
+    (30, 10, 10 + 20, None),  # ready up to the map's end: nothing left to prepare
+    (29, 10, 10 + 20, 10 + 20),  # one page short of it
+    (0, 30, 30, None),  # LMDB fills the map
+])
+def test_the_tail_is_prepared_to_high_pages_past_the_end_once_fewer_than_low_are_ready(
+        ready_pages: int, end_pages: int, map_pages: int, target_pages: int | None) -> None:
+    target = tail_target(ready_pages * PAGE, end_pages * PAGE, map_pages * PAGE, PAGE)
+    assert target == (None if target_pages is None else target_pages * PAGE)
