@@ -27,7 +27,7 @@ from storage import layout
 from svc_engine.events import CounterKey, add_amount, exact_sum
 
 Delta = int | decimal.Decimal
-MAX_KEY_BYTES = 511
+MAX_KEY_BYTES = layout.MAX_KEY
 """LMDB's longest key (``Environment.max_key_size()`` of this build)."""
 
 

@@ -10,7 +10,7 @@ import cbor2
 import lmdb
 import pytest
 import trio
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from storage.lmdb_store import LmdbStore
@@ -736,6 +736,18 @@ async def test_a_key_and_its_owners_are_read_together(store: LmdbStore) -> None:
 
 
 @given(st.integers(min_value=-(1 << 70), max_value=1 << 70))
+@example(0)
+@example(23)
+@example(24)
+@example(255)
+@example(256)
+@example((1 << 16) - 1)
+@example(1 << 16)
+@example((1 << 32) - 1)
+@example(1 << 32)
+@example((1 << 64) - 1)
+@example(1 << 64)
+@example(-1)
 def test_counters_are_written_and_read_as_cbor2_does(n: int) -> None:
     from storage import counters
 
@@ -824,6 +836,28 @@ def test_a_store_opened_without_upgrading_leaves_an_older_data_dir_as_it_was(
     with pytest.raises(SchemaTooOld):
         LmdbStore(path, map_size=16 << 20, upgrade=False)
     assert named() == before
+
+
+async def test_a_counter_key_of_lmdbs_longest_is_counted_and_one_byte_more_is_refused(
+        store: LmdbStore) -> None:
+    from storage import counters
+
+    db = store.db(b"counters")
+    pid = "00000000-0000-4000-8000-000000000001"
+    base = len(counters.counter_key(pid, "live", ("opens", "*", "2026-11-22", "v", "")))
+
+    def key(size: int) -> tuple[str, ...]:
+        return ("opens", "*", "2026-11-22", "v", "x" * (size - base))
+
+    longest = key(counters.MAX_KEY_BYTES)
+    assert len(counters.counter_key(pid, "live", longest)) == store.env.max_key_size()
+    await store.write(lambda txn: counters.increment(txn, db, pid, "live", [longest]))
+    with store.read() as txn:
+        raw = txn.get(counters.counter_key(pid, "live", longest), db=db)
+    assert raw is not None and counters.read_value(bytes(raw)) == 1
+    with pytest.raises(counters.CounterKeyTooLong):
+        await store.write(lambda txn: counters.increment(
+            txn, db, pid, "live", [key(counters.MAX_KEY_BYTES + 1)]))
 
 
 async def test_a_counter_key_lmdb_cannot_take_fails_its_op_only(store: LmdbStore) -> None:
