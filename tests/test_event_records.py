@@ -22,6 +22,7 @@ from storage.event_records import (
     StoredEvent,
     dedup_key,
     encode_all,
+    event_json,
     received_and_install,
     second_floor,
     sent_at_ms,
@@ -244,8 +245,17 @@ async def test_version_1_records_are_read_deduplicated_and_purged(store: LmdbSto
 
 def test_a_newer_record_version_is_refused() -> None:
     key = layout.scope(PROJECT, "live") + b"\x00" * 34
-    with pytest.raises(ValueError, match="newer"):
+    with pytest.raises(ValueError, match=r"^stored event version 3 is newer than this code"):
         StoredEvent.from_item(key, b"\x03" + b"\x00" * 16 + b"{}")
+
+
+def test_the_json_of_a_stored_event_is_after_its_header_in_either_version() -> None:
+    new = new_events([ev(0)])
+    key = layout.scope(PROJECT, "live") + new.places[0] + new.id16[0]
+    assert event_json(key, new.values[0]) == new.json(0)
+    v1_key = layout.scope(PROJECT, "live") + struct.pack(">Q", NOW) + new.id16[0]
+    v1_value = struct.pack(">BQ16s", 1, NOW, uid16(INSTALL)) + new.json(0)
+    assert len(v1_key) == V1_KEY_SIZE and event_json(v1_key, v1_value) == new.json(0)
 
 
 @pytest.mark.parametrize(("text", "ms"), [
