@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from actors.clock import TrioWallClock
-from actors.timer import Settle, TimerActor
+from actors.timer import Settle, TimerActor, TimerStats
 from storage.lmdb_store import LmdbStore
 from svc_engine.deadlines import Deadline
 from svc_engine.errors import InternalError, Overloaded
@@ -37,6 +37,8 @@ async def test_fires_at_exact_virtual_times(
         n.cancel_scope.cancel()
     assert fired == [("1ms", BASE + 1), ("added-later", BASE + 30_000),
                      ("minute", BASE + 60_000), ("week", BASE + 7 * DAY)]
+    assert timer.statistics() == TimerStats(pending=0, fired=4, retried=0, refills=1,
+                                            shrinks=0, steps_back=0, horizon_ms=None)
 
 
 async def test_deadlines_persisted_before_a_restart_fire_on_time(
