@@ -396,6 +396,20 @@ async def test_a_step_forward_or_a_slew_fires_by_the_wall_clock(
     assert timer.statistics().steps_back == 0
 
 
+@pytest.mark.parametrize(("back_ms", "steps"), [(1_000, 0), (1_001, 1)])
+async def test_a_step_is_more_than_a_second_back(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock, back_ms: int,
+        steps: int) -> None:
+    clock = TrioWallClock(BASE)
+    async with _firing(store, clock) as (timer, fired):
+        _plan(timer, clock, a=60_000)
+        await trio.sleep(1)
+        clock.offset_ms = -back_ms
+        await trio.sleep(120)
+    assert fired == [("a", 60.0 if steps else 60.0 + back_ms / 1000)]
+    assert timer.statistics().steps_back == steps
+
+
 async def test_a_kind_s_longest_wait_bounds_deadlines_read_after_a_step(
         store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
     """Persisted before a step back, then a restart: read from the store,
