@@ -205,6 +205,38 @@ async def test_a_flood_of_schedules_is_shrunk_to_capacity(
     assert fired == [d.ref for d in sorted(flood)]
 
 
+@pytest.mark.parametrize(("scheduled", "shrinks", "pending"), [(6, 0, 6), (7, 1, 4)])
+async def test_a_timer_shrinks_once_it_holds_half_its_capacity_more(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock, scheduled: int,
+        shrinks: int, pending: int) -> None:
+    timer = TimerActor(store, TrioWallClock(BASE), capacity=4)
+    timer.register("k", lambda d: None)
+    flood = _spread(scheduled)
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        await store.add_deadlines(flood)
+        for d in flood:
+            timer.schedule_nowait(d)
+        await trio.sleep(0.0001)
+        stats = timer.statistics()
+        assert (stats.shrinks, stats.pending) == (shrinks, pending)
+        n.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(("stored", "horizon"), [(4, None), (5, BASE + 4_000)])
+async def test_a_store_of_exactly_capacity_deadlines_is_held_whole(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock, stored: int,
+        horizon: int | None) -> None:
+    await store.add_deadlines(_spread(stored))
+    timer = TimerActor(store, TrioWallClock(BASE), capacity=4)
+    timer.register("k", lambda d: None)
+    async with trio.open_nursery() as n:
+        await n.start(timer.run)
+        stats = timer.statistics()
+        assert (stats.refills, stats.pending, stats.horizon_ms) == (1, 4, horizon)
+        n.cancel_scope.cancel()
+
+
 async def _two_held_of_six(store: LmdbStore, settle: Settle | None = None,
                            ) -> tuple[TimerActor, list[str]]:
     """Deadlines d000-d005 due at 1-6 s, a timer holding 2 (horizon at 2 s), and
