@@ -6,7 +6,7 @@ import pytest
 import trio
 
 from actors.clock import TrioWallClock
-from actors.mailbox import Mailbox
+from actors.mailbox import Mailbox, MailboxStats
 from actors.registry import Registry
 from storage.lmdb_store import LmdbStore
 from svc_engine.errors import ActorFailed, NotFound, Overloaded, ValidationError
@@ -61,6 +61,7 @@ async def test_caller_errors_pass_through_bugs_become_actor_failed() -> None:
             await box.call(bug)
         assert e.value.status == 500
         assert await box.call(lambda: "still alive") == "still alive"
+        assert box.statistics() == MailboxStats(handled=3, failed=1, queued=0, capacity=8)
         n.cancel_scope.cancel()
     assert reloads == [1]
 
