@@ -4,6 +4,8 @@ forgetting an endpoint. Pure: no event loop."""
 
 from __future__ import annotations
 
+import pytest
+
 from actors.webhook_queue import SendQueue
 from svc_engine import webhook_delivery as wd
 from svc_engine.keys import Mode
@@ -110,3 +112,11 @@ def test_busy_endpoints_keep_taking_turns_as_senders_free_up() -> None:
         take()
     assert set(starts) == set(endpoints)
     assert min(starts.values()) >= 0.9 * max(starts.values()), starts
+
+
+def test_a_ready_queue_of_one_holds_one_and_none_is_refused() -> None:
+    q = SendQueue(senders=1, per_endpoint=1, ready_cap=1)
+    assert q.add(_d(1, "a")) and not q.add(_d(2, "a"))
+    assert q.ready_of("a") == 1
+    with pytest.raises(ValueError, match="at least one"):
+        SendQueue(senders=1, per_endpoint=1, ready_cap=0)
