@@ -719,6 +719,18 @@ def test_a_read_back_is_asked_once_when_the_queue_runs_low_until_it_ends() -> No
     assert q.add(_d(11))  # queued directly again
 
 
+def test_a_read_back_that_stopped_partway_goes_on_from_where_it_stopped() -> None:
+    q = SendQueue(senders=1, per_endpoint=1, ready_cap=2)
+    for n in range(6):
+        q.add(_d(n))
+    assert q.overflow_from("a") == "d0002"
+    q.refilled("a", "d0004")  # read d0002-d0003 back, stopped before d0004
+    assert q.overflow_from("a") == "d0004" and q.overflowed == 1
+    q.drop_ready("a")  # the endpoint went away during a read-back
+    q.refilled("a", "d0005")  # that read-back's end does not bring it back
+    assert q.overflow_from("a") is None and q.overflowed == 0
+
+
 def test_dropping_an_endpoint_forgets_its_overflow() -> None:
     q = SendQueue(senders=1, per_endpoint=1, ready_cap=2)
     for n in range(3):
