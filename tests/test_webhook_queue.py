@@ -120,3 +120,14 @@ def test_a_ready_queue_of_one_holds_one_and_none_is_refused() -> None:
     assert q.ready_of("a") == 1
     with pytest.raises(ValueError, match="at least one"):
         SendQueue(senders=1, per_endpoint=1, ready_cap=0)
+
+
+def test_manual_attempts_waiting_are_counted_down_as_each_starts() -> None:
+    q = SendQueue(senders=1, per_endpoint=1)
+    for n in (1, 2):
+        assert q.add(_d(n, "a"), front=True)
+    assert q.manual_waiting("a") == 2
+    assert _start_all(q) == ["d2"]  # the later one went to the front
+    assert q.manual_waiting("a") == 1
+    q.finished("d2", "a")
+    assert _start_all(q) == ["d1"] and q.manual_waiting("a") == 0
