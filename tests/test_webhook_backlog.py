@@ -869,3 +869,12 @@ def test_one_project_leaves_a_quarter_of_the_senders_to_the_others() -> None:
     for d in [d for d in taken if project[d.endpoint_id] == "A"][:3]:
         q.finished(d.id, d.endpoint_id)
     assert Counter(project[d.endpoint_id] for d in _take_all(q, project.get)) == Counter({"A": 3})
+
+
+def test_one_sender_serves_a_project_one_attempt_at_a_time() -> None:
+    q = SendQueue(senders=1, per_endpoint=1)  # three quarters of 1: still 1
+    for n in range(2):
+        q.add(_d(n, "a"))
+    assert [d.id for d in _take_all(q, lambda _: "A")] == ["d0000"]
+    q.finished("d0000", "a")
+    assert [d.id for d in _take_all(q, lambda _: "A")] == ["d0001"]
