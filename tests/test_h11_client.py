@@ -163,7 +163,9 @@ async def test_a_redirect_is_returned_not_followed(client: H11Client) -> None:
                  b"content-length: 0\r\n\r\n" % elsewhere.port)
         async with serving(answering(moved)) as server:
             answer = await _post(client, server)
-    assert answer.status == 302 and answer.header(b"location") is not None
+    assert answer.status == 302
+    assert answer.header(b"location") == b"http://127.0.0.1:%d/hook" % elsewhere.port
+    assert answer.header(b"x-absent") is None
     assert elsewhere.connections == 0
 
 
@@ -328,9 +330,17 @@ async def test_addresses_are_tried_in_order(client: H11Client) -> None:
     async with serving(answering(NO_CONTENT), hosts=("127.0.0.1",)) as server:
         answer = await client.request(("127.0.0.2", "127.0.0.1"), server.port, None,
                                       _request(), b"{}", LIMIT)
-        with pytest.raises(OSError):
+        with pytest.raises(ConnectionRefusedError):  # the address's own failure
             await client.request(("127.0.0.2",), closed, None, _request(), b"{}", LIMIT)
+        with pytest.raises(OSError, match=r"^no address to connect to$"):
+            await client.request((), closed, None, _request(), b"{}", LIMIT)
     assert answer.status == 204 and server.local_addresses == ["127.0.0.1"]
+
+
+async def test_an_ipv6_address_is_dialled_over_ipv6(client: H11Client) -> None:
+    async with serving(answering(NO_CONTENT), hosts=("::1",)) as server:
+        answer = await client.request(("::1",), server.port, None, _request(), b"{}", LIMIT)
+    assert answer.status == 204 and server.local_addresses == ["::1"]
 
 
 # -- TLS -----------------------------------------------------------------------------------
