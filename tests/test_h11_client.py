@@ -314,6 +314,21 @@ async def test_idle_connections_expire(client: H11Client,
     assert server.connections == 2
 
 
+async def test_a_sweep_keeps_the_idle_connections_not_yet_expired(
+        client: H11Client, autojump_clock: trio.testing.MockClock) -> None:
+    async with serving(answering(NO_CONTENT), hosts=("127.0.0.1", "127.0.0.2")) as server:
+        await _post(client, server, addresses=("127.0.0.1",))
+        await trio.sleep(5)
+        await _post(client, server, addresses=("127.0.0.2",))  # its return sweeps
+        await trio.sleep(5)
+        assert (await _post(client, server, addresses=("127.0.0.1",))).reused
+        assert (await _post(client, server, addresses=("127.0.0.2",))).reused
+        await trio.sleep(31)
+        await _post(client, server, addresses=("127.0.0.2",))  # both had expired
+        assert client.pool.idle == 1
+    assert server.connections == 3
+
+
 async def test_connections_are_kept_per_address(client: H11Client) -> None:
     async with serving(answering(NO_CONTENT), hosts=("127.0.0.1", "127.0.0.2")) as server:
         await _post(client, server, addresses=("127.0.0.1",))
