@@ -349,6 +349,24 @@ async def test_a_commit_finding_the_map_full_fails_its_whole_batch(
 
 # -- webhook history -------------------------------------------------------------------
 
+def _counted_sweeps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The times of the history sweeps from now on (each still runs)."""
+    sweeps: list[int] = []
+    real_sweep = webhook_history._sweep
+
+    async def counted_sweep(actor: WebhookActor, now: int) -> None:
+        sweeps.append(now)
+        await real_sweep(actor, now)
+
+    monkeypatch.setattr(webhook_history, "_sweep", counted_sweep)
+    return sweeps
+
+
+def _purges(store: LmdbStore) -> list[int]:
+    """The due times of the stored history sweeps."""
+    return [d.due_ms for d in store.load_deadlines() if d.kind == PURGE_DEADLINE]
+
+
 async def test_a_sweep_whose_next_deadline_cannot_be_recorded_is_tried_a_minute_later(
         store: LmdbStore, autojump_clock: trio.testing.MockClock,
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
@@ -365,25 +383,15 @@ async def test_a_sweep_whose_next_deadline_cannot_be_recorded_is_tried_a_minute_
             raise StorageUnavailable("simulated: the disk is full")
         real_put(self, txn, d)
 
-    sweeps: list[int] = []
-    real_sweep = webhook_history._sweep
-
-    async def counted_sweep(actor: WebhookActor, now: int) -> None:
-        sweeps.append(now)
-        await real_sweep(actor, now)
-
+    sweeps = _counted_sweeps(monkeypatch)
     monkeypatch.setattr(LmdbStore, "put_deadline", refusing_put)
-    monkeypatch.setattr(webhook_history, "_sweep", counted_sweep)
     caplog.set_level(logging.WARNING, logger="svc.webhooks")
 
-    def purges() -> list[int]:
-        return [d.due_ms for d in store.load_deadlines() if d.kind == PURGE_DEADLINE]
-
     async with running(store, clock, HungEndpoint(clock)):
-        assert purges() == [t0 + HOUR]
+        assert _purges(store) == [t0 + HOUR]
         await trio.sleep(HOUR / 1000 + 30)  # the first sweep's moment has passed
         assert sweeps == []
-        assert purges() == [t0 + HOUR]  # the old deadline stays: a restart runs it
+        assert _purges(store) == [t0 + HOUR]  # the old deadline stays: a restart runs it
         assert [r.getMessage() for r in caplog.records] == [
             "webhook history: the next sweep could not be recorded (simulated: the disk "
             "is full); trying again in 60 s"]
@@ -391,15 +399,15 @@ async def test_a_sweep_whose_next_deadline_cannot_be_recorded_is_tried_a_minute_
         assert sweeps == [t0 + HOUR + MINUTE]
         # The retry's write replaced the stored deadline it retried (it left it
         # behind, and a restart then ran two hourly chains).
-        assert purges() == [t0 + 2 * HOUR + MINUTE]
+        assert _purges(store) == [t0 + 2 * HOUR + MINUTE]
         await trio.sleep(HOUR / 1000)
         assert sweeps == [t0 + HOUR + MINUTE, t0 + 2 * HOUR + MINUTE]
-        assert purges() == [t0 + 3 * HOUR + MINUTE]
+        assert _purges(store) == [t0 + 3 * HOUR + MINUTE]
     sweeps.clear()
     async with running(store, clock, HungEndpoint(clock)):  # a restart: one chain
         await trio.sleep(3 * HOUR / 1000)
     assert sweeps == [t0 + 3 * HOUR + MINUTE, t0 + 4 * HOUR + MINUTE, t0 + 5 * HOUR + MINUTE]
-    assert purges() == [t0 + 6 * HOUR + MINUTE]
+    assert _purges(store) == [t0 + 6 * HOUR + MINUTE]
 
 
 async def test_a_second_hourly_sweep_left_in_an_older_store_is_removed_when_it_fires(
@@ -413,37 +421,27 @@ async def test_a_second_hourly_sweep_left_in_an_older_store_is_removed_when_it_f
     t0 = clock.now_ms()
     await store.add_deadlines([Deadline(t0 + 10 * MINUTE, PURGE_DEADLINE, "all"),
                                Deadline(t0 + 50 * MINUTE, PURGE_DEADLINE, "all")])
-    sweeps: list[int] = []
-    real_sweep = webhook_history._sweep
-
-    async def counted_sweep(actor: WebhookActor, now: int) -> None:
-        sweeps.append(now)
-        await real_sweep(actor, now)
-
-    monkeypatch.setattr(webhook_history, "_sweep", counted_sweep)
+    sweeps = _counted_sweeps(monkeypatch)
     caplog.set_level(logging.INFO, logger="svc.webhooks")
-
-    def purges() -> list[int]:
-        return [d.due_ms for d in store.load_deadlines() if d.kind == PURGE_DEADLINE]
 
     async with running(store, clock, HungEndpoint(clock)):
         await trio.sleep(15 * MINUTE / 1000)
         assert sweeps == [t0 + 10 * MINUTE]
-        assert purges() == [t0 + 50 * MINUTE, t0 + 70 * MINUTE]
+        assert _purges(store) == [t0 + 50 * MINUTE, t0 + 70 * MINUTE]
         await trio.sleep(40 * MINUTE / 1000)  # the second chain's moment has passed
         assert sweeps == [t0 + 10 * MINUTE]
-        assert purges() == [t0 + 70 * MINUTE]
+        assert _purges(store) == [t0 + 70 * MINUTE]
         assert [r.getMessage() for r in caplog.records] == [
             f"webhook history: removed a second hourly sweep (due at {t0 + 50 * MINUTE} "
             f"ms; the one due at {t0 + 70 * MINUTE} ms stays)"]
         await trio.sleep(HOUR / 1000)
         assert sweeps == [t0 + 10 * MINUTE, t0 + 70 * MINUTE]
-        assert purges() == [t0 + 130 * MINUTE]
+        assert _purges(store) == [t0 + 130 * MINUTE]
     sweeps.clear()
     async with running(store, clock, HungEndpoint(clock)):  # a restart: still one chain
         await trio.sleep(2 * HOUR / 1000)
     assert sweeps == [t0 + 130 * MINUTE, t0 + 190 * MINUTE]
-    assert purges() == [t0 + 250 * MINUTE]
+    assert _purges(store) == [t0 + 250 * MINUTE]
 
 
 async def test_a_second_hourly_sweep_the_store_will_not_remove_stays_for_the_next_start(
@@ -464,8 +462,7 @@ async def test_a_second_hourly_sweep_the_store_will_not_remove_stays_for_the_nex
     caplog.set_level(logging.WARNING, logger="svc.webhooks")
     async with running(store, clock, HungEndpoint(clock)):
         await trio.sleep(55 * MINUTE / 1000)
-    assert [d.due_ms for d in store.load_deadlines() if d.kind == PURGE_DEADLINE] == [
-        t0 + 50 * MINUTE, t0 + 70 * MINUTE]
+    assert _purges(store) == [t0 + 50 * MINUTE, t0 + 70 * MINUTE]
     assert [r.getMessage() for r in caplog.records] == [
         "webhook history: a second hourly sweep could not be removed (simulated: the "
         "disk is full)"]
