@@ -50,6 +50,7 @@ async def _post(client: H11Client, server: Server, *, tls_host: str | None = Non
 async def test_keep_alive_reuses_one_connection(client: H11Client) -> None:
     async with serving(answering(NO_CONTENT)) as server:
         answers = [await _post(client, server) for _ in range(3)]
+        assert client.pool.idle == 1  # taken and given back each time
     assert [a.status for a in answers] == [204, 204, 204]
     assert [a.reused for a in answers] == [False, True, True]
     assert server.connections == 1 and len(server.seen) == 3
