@@ -27,8 +27,6 @@ from storage import layout
 from svc_engine.events import CounterKey, add_amount, exact_sum
 
 Delta = int | decimal.Decimal
-MAX_KEY_BYTES = layout.MAX_KEY
-"""LMDB's longest key (``Environment.max_key_size()`` of this build)."""
 
 
 class CounterKeyTooLong(ValueError):
@@ -41,7 +39,7 @@ class CounterKeyTooLong(ValueError):
 def _too_long(key: bytes) -> CounterKeyTooLong:
     # The size only: a key holds what an app or browser sent.
     return CounterKeyTooLong(f"a counter key of {len(key)} bytes (LMDB takes "
-                             f"{MAX_KEY_BYTES} at most)")
+                             f"{layout.MAX_KEY} at most)")
 
 
 class CounterBatch:
@@ -164,7 +162,7 @@ def add_to(txn: lmdb.Transaction, db: Any, keys: Iterable[bytes], delta: Delta) 
             _apply(txn, db, key, delta)
         return
     for key in keys:
-        if len(key) > MAX_KEY_BYTES:
+        if len(key) > layout.MAX_KEY:
             raise _too_long(key)
         batch.add(db, key, delta)
 

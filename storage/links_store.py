@@ -17,7 +17,6 @@ import lmdb
 
 from storage import layout
 from storage.codec import decode, encode
-from storage.counters import MAX_KEY_BYTES
 from storage.lmdb_store import LmdbStore, prefix_keys
 from svc_engine.destinations import LinkDestinations
 from svc_engine.errors import InvalidDomain, LinkQuotaExceeded, NotFound, SlugTaken, ValidationError
@@ -132,7 +131,7 @@ class LinksStore:
         can be (empty, or past LMDB's key size: a Host header is the
         client's to write, and LMDB refuses such a key)."""
         key = domain.encode()
-        if not key or len(key) > MAX_KEY_BYTES:
+        if not key or len(key) > layout.MAX_KEY:
             return None
         with self.store.read() as txn:
             raw = txn.get(key, db=self._domains)

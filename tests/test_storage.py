@@ -840,7 +840,7 @@ def test_a_store_opened_without_upgrading_leaves_an_older_data_dir_as_it_was(
 
 async def test_a_counter_key_of_lmdbs_longest_is_counted_and_one_byte_more_is_refused(
         store: LmdbStore) -> None:
-    from storage import counters
+    from storage import counters, layout
 
     db = store.db(b"counters")
     pid = "00000000-0000-4000-8000-000000000001"
@@ -849,7 +849,7 @@ async def test_a_counter_key_of_lmdbs_longest_is_counted_and_one_byte_more_is_re
     def key(size: int) -> tuple[str, ...]:
         return ("opens", "*", "2026-11-22", "v", "x" * (size - base))
 
-    longest = key(counters.MAX_KEY_BYTES)
+    longest = key(layout.MAX_KEY)
     assert len(counters.counter_key(pid, "live", longest)) == store.env.max_key_size()
     await store.write(lambda txn: counters.increment(txn, db, pid, "live", [longest]))
     with store.read() as txn:
@@ -857,7 +857,7 @@ async def test_a_counter_key_of_lmdbs_longest_is_counted_and_one_byte_more_is_re
     assert raw is not None and counters.read_value(bytes(raw)) == 1
     with pytest.raises(counters.CounterKeyTooLong):
         await store.write(lambda txn: counters.increment(
-            txn, db, pid, "live", [key(counters.MAX_KEY_BYTES + 1)]))
+            txn, db, pid, "live", [key(layout.MAX_KEY + 1)]))
 
 
 async def test_a_counter_key_lmdb_cannot_take_fails_its_op_only(store: LmdbStore) -> None:
