@@ -32,6 +32,7 @@ from svc_engine.keys import Mode
 from svc_engine.links import iso_utc
 from svc_engine.plans import Plan
 from svc_engine.records import Membership, Role
+from svc_engine.sessions import token_hash
 from svc_engine.webhook_delivery import DeliveryStatus
 from tests.conftest import App, running_app
 from tests.dashboard_support import (
@@ -346,7 +347,12 @@ async def test_without_a_public_url_the_dashboard_uses_the_address_it_was_reache
         invited = await m.post("/dashboard/settings/team/invite",
                                {"email": "new@example.com", "role": "developer"})
         assert invited.status_code == 200
-        assert re.search(r"http://svc\.test/dashboard/invite/[A-Za-z0-9]+", invited.text)
+        # the token is URL-safe base64 of 32 bytes: it may begin with "-" or "_"
+        shown = re.search(r"http://svc\.test/dashboard/invite/([\w-]{43})(?![\w-])",
+                          invited.text, re.ASCII)
+        assert shown is not None
+        stored = accounts.list_invites(app.services.store, app.org_id, TrioWallClock().now_ms())
+        assert [i.token_hash for i in stored] == [token_hash(shown.group(1))]
         await m.aclose()
 
 
