@@ -42,6 +42,7 @@ from storage.lmdb_store import LmdbStore
 from storage.webhooks_store import WebhookStore
 from storage.writer import Op, Pending
 from svc_engine.errors import SvcError
+from svc_engine.log_backoff import LogBackoff
 from svc_engine.webhook_delivery import Delivery
 from svc_engine.webhook_records import Endpoint
 
@@ -102,8 +103,7 @@ class ActorWrites:
         self._wakeup = Wakeup()
         self._order = trio.Lock()  # held changes are taken and queued in one turn
         self.failures = 0
-        self._failures_logged = 0  # failures when the last line was logged
-        self._failure_lines = 0  # lines logged: the next waits 2**lines more failures
+        self._failure_log = LogBackoff()
         self.flushes = 0
         tables.prefer(self.newer, self.newer_endpoint, self.pending)
 
@@ -245,12 +245,12 @@ class ActorWrites:
                     del self._endpoints[endpoint_id]
             if done.failed:
                 self.failures += 1
-                # once a burst (the store logs why: storage/writer.py), then with a count
-                if self.failures - self._failures_logged >= 2 ** self._failure_lines:
+                # the store logs why (storage/writer.py); this, how many so far
+                logged = self._failure_log.after(self.failures)
+                if logged is not None:
                     log.error("a webhook state write failed; reloading endpoints (%d failed "
                               "so far)", self.failures)
-                    self._failures_logged, self._failure_lines = self.failures, min(
-                        self._failure_lines + 1, 10)
+                    self._failure_log = logged
                 await self._on_failure()
         p = await self._store.submit(op)
         queued.append((p, keys, endpoint_ids))

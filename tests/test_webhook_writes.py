@@ -2,13 +2,19 @@
 held changes are shown at once and committed together; an attempt in flight
 is shown Sending while the store keeps the waiting state and its deadline;
 every other write comes after what is held; the flusher's timing; a failed
-write falls back to the store's state."""
+write falls back to the store's state, and failures are logged further and
+further apart; a state queued but not committed is shown, and a newer state
+outlives the commit of an older one (the writer held shut by a ``Gate``)."""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, cast
 
 import lmdb
+import pytest
 import trio
 import trio.testing
 
@@ -227,3 +233,179 @@ async def test_open_deliveries_read_a_page_at_a_time(store: LmdbStore) -> None:
     assert len(owner.tables.open_deliveries(ENDPOINT)) == 7
     page, after = owner.tables.open_deliveries_page(None, 7, ENDPOINT)
     assert len(page) == 7 and after is None  # exactly a page: no empty page after it
+
+
+# -- what is shown while a write is queued but not committed ------------------------------
+
+
+def _retrying(d: Delivery) -> Delivery:
+    """``d`` after a failed first attempt: a retry scheduled."""
+    return wd.record_attempt(wd.begin_attempt(d), classify_response(500, None, 3),
+                             started_at_ms=T0 + 10, finished_at_ms=T0 + 13)
+
+
+class Gate:
+    """An op that holds the store's writer (and every op queued after it)
+    until ``open``; the writer runs ops in its own thread."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    async def close(self, store: LmdbStore) -> None:
+        await store.submit(lambda txn: self._event.wait(10))
+
+    def open(self) -> None:
+        self._event.set()
+
+
+async def test_a_queued_state_is_shown_until_its_write_commits(store: LmdbStore) -> None:
+    owner = Owner(store)
+    d = _delivery()
+    await _seed(owner, d)
+    gate = Gate()
+    await gate.close(store)
+    changes = Changes()
+    done = _delivered(wd.begin_attempt(d))
+    changes.save(d, done)
+    owner.writes.apply(changes)
+    queued = await owner.writes.submit(lambda txn: None)  # queues what is held first
+    assert not queued.done and owner.writes.flushes == 1
+    assert owner.tables.delivery(d.id) == done and owner.stored(d.id) == d
+    assert owner.writes.pending() == {layout.uid(d.id): done}
+    gate.open()
+    await owner.writes.settle()
+    assert owner.stored(d.id) == done and owner.writes.pending() == {}
+
+
+async def test_a_newer_state_outlives_the_commit_of_an_older_one(store: LmdbStore) -> None:
+    """The queue of written ops is trimmed when the next is queued: what an
+    op that committed wrote is forgotten, not a newer state of the same
+    delivery or endpoint that is still held or queued."""
+    owner = Owner(store)
+    d = _delivery()
+    await _seed(owner, d)
+    endpoint = records.new_endpoint(ENDPOINT, PROJECT, Mode.LIVE,
+                                    validate_endpoint("https://hooks.example/in"), SECRET, T0)
+    await store.write(lambda txn: owner.tables.put_endpoint(txn, endpoint))
+    failing, healthy = (records.record_outcome(endpoint, False, T0 + 1),
+                        records.record_outcome(endpoint, True, T0 + 2))
+    first = Changes()
+    retrying = _retrying(d)
+    first.save(d, retrying)
+    first.endpoint(failing)
+    owner.writes.apply(first)
+    await owner.writes.settle()
+    assert owner.stored(d.id) == retrying
+    gate = Gate()
+    await gate.close(store)
+    second = Changes()
+    done = _delivered(wd.begin_attempt(retrying))
+    second.save(retrying, done)
+    second.endpoint(healthy)
+    owner.writes.apply(second)
+    await owner.writes.submit(lambda txn: None)  # trims the first op, queues the second
+    assert owner.stored(d.id) == retrying and owner.tables.all_endpoints() == [failing]
+    assert owner.tables.delivery(d.id) == done
+    assert owner.tables.endpoint(PROJECT, Mode.LIVE, ENDPOINT) == healthy
+    gate.open()
+    await owner.writes.settle()
+    assert owner.stored(d.id) == done and owner.tables.all_endpoints() == [healthy]
+
+
+class Interleaved:
+    """The store, as ActorWrites sees it, with ``during`` run once while an op
+    is being queued: what the actor's other task may do at that checkpoint."""
+
+    def __init__(self, store: LmdbStore, during: Callable[[], None]) -> None:
+        self._store = store
+        self._during: Callable[[], None] | None = during
+
+    async def submit(self, op: Any) -> Any:
+        p = await self._store.submit(op)
+        if self._during is not None:
+            during, self._during = self._during, None
+            during()
+        return p
+
+
+async def test_a_state_made_while_held_ones_are_queued_is_kept_until_written(
+        store: LmdbStore) -> None:
+    tables = WebhookStore(store)
+    d = _delivery()
+    endpoint = records.new_endpoint(ENDPOINT, PROJECT, Mode.LIVE,
+                                    validate_endpoint("https://hooks.example/in"), SECRET, T0)
+
+    def seed(txn: lmdb.Transaction) -> None:
+        tables.add_delivery(txn, PROJECT, d)
+        tables.put_endpoint(txn, endpoint)
+
+    await store.write(seed)
+    retrying = _retrying(d)
+    done = _delivered(wd.begin_attempt(retrying))
+    failing, healthy = (records.record_outcome(endpoint, False, T0 + 1),
+                        records.record_outcome(endpoint, True, T0 + 2))
+    later = Changes()
+    later.save(retrying, done)
+    later.endpoint(healthy)
+
+    async def reload() -> None:
+        pass
+
+    writes = ActorWrites(cast(LmdbStore, Interleaved(store, lambda: writes.apply(later))),
+                         tables, reload)
+    first = Changes()
+    first.save(d, retrying)
+    first.endpoint(failing)
+    writes.apply(first)
+    gate = Gate()
+    await gate.close(store)
+    await writes.submit(lambda txn: None)  # queues ``first``; ``later`` is made meanwhile
+    gate.open()
+    await store.write(lambda txn: None)  # ``first`` committed; ``later`` still held
+    assert tables.delivery(d.id) == done
+    assert tables.endpoint(PROJECT, Mode.LIVE, ENDPOINT) == healthy
+    await writes.settle()
+    assert tables.delivery(d.id) == done and tables.all_endpoints() == [healthy]
+
+
+async def test_the_flusher_queues_held_changes_after_the_last_ones_committed(
+        store: LmdbStore) -> None:
+    owner = Owner(store)
+    ds = [_delivery(n) for n in range(2)]
+    await _seed(owner, *ds)
+    writes = ActorWrites(store, owner.tables, owner._reload, window_s=0)
+    gate = Gate()
+    async with trio.open_nursery() as n:
+        await n.start(writes.run)
+        await gate.close(store)
+        for d in ds:
+            changes = Changes()
+            changes.save(d, _delivered(wd.begin_attempt(d)))
+            writes.apply(changes)
+            await trio.testing.wait_all_tasks_blocked()
+        assert writes.flushes == 1  # the second waits for the first to commit
+        gate.open()
+        await store.write(lambda txn: None)
+        await trio.testing.wait_all_tasks_blocked()
+        assert writes.flushes == 2
+        n.cancel_scope.cancel()
+    await store.write(lambda txn: None)
+    assert [owner.stored(d.id).status for d in ds] == [DeliveryStatus.DELIVERED] * 2
+
+
+async def test_failed_writes_are_logged_first_then_further_apart(
+        store: LmdbStore, caplog: pytest.LogCaptureFixture) -> None:
+    owner = Owner(store)
+
+    def refuse(txn: lmdb.Transaction) -> None:
+        raise Conflict("refused")
+
+    with caplog.at_level(logging.ERROR, logger="svc.webhooks"):
+        for _ in range(8):  # each failure is counted when the next write is queued
+            await owner.writes.submit(refuse)
+            await store.write(lambda txn: None)
+        await owner.writes.submit(lambda txn: None)
+    lines = [r.getMessage() for r in caplog.records if r.name == "svc.webhooks"]
+    assert owner.writes.failures == 8 and owner.reloads == 8
+    assert [line.split("(")[1] for line in lines] == [
+        "1 failed so far)", "3 failed so far)", "7 failed so far)"]
