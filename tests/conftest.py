@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import hypothesis
 import pytest
 import trio
 
@@ -22,6 +23,11 @@ from web.assembly import build_front, start_services
 from web.front import Front
 from web.services import Services, system_random
 
+# No time limit on one example: two cores shared with the service's own threads
+# (and, in CI, whatever else runs) make an example's time vary; what a property
+# test finds should be a counterexample, not a slow moment.
+hypothesis.settings.register_profile("svc", deadline=None)
+hypothesis.settings.load_profile("svc")
 
 @pytest.fixture
 def data_dir(tmp_path: Any) -> str:

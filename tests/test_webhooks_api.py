@@ -12,6 +12,7 @@ import pytest
 import trio
 import trustme
 
+from actors.clock import TrioWallClock
 from storage.webhooks_store import WebhookStore
 from svc_engine import signing
 from svc_engine.config import Config
@@ -118,6 +119,9 @@ async def test_plain_http_only_for_local_hosts(app: App, url: str) -> None:
 
 async def test_list_get_edit(app: App) -> None:
     a = await add_endpoint(app, "https://a.example.com/")
+    clock = app.services.clock
+    assert isinstance(clock, TrioWallClock)
+    clock.offset_ms += 1  # endpoints made in one millisecond list in the order of their ids
     b = await add_endpoint(app, "https://b.example.com/")
     async with app.client("sk_test") as c:
         listed = (await c.get(EP)).json()["data"]
