@@ -123,3 +123,14 @@ async def test_ttl_zero_looks_up_every_time(autojump_clock: trio.testing.MockClo
     for _ in range(3):
         await names.addresses("hooks.example", 443)
     assert resolver.asked == ["hooks.example"] * 3 and len(names) == 0
+
+
+async def test_the_shortest_ttl_keeps_an_answer_one_millisecond(
+        autojump_clock: trio.testing.MockClock) -> None:
+    resolver = _Resolver()
+    names = NameCache(resolver, TrioWallClock(), ttl_ms=1)
+    await names.addresses("hooks.example", 443)
+    await names.addresses("hooks.example", 443)  # the same millisecond: kept
+    await trio.sleep(0.001)
+    await names.addresses("hooks.example", 443)
+    assert resolver.asked == ["hooks.example"] * 2 and len(names) == 1

@@ -17,7 +17,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.clock import SystemClock, TrioWallClock
-from actors.webhook_sender import HttpSender, SendJob, signed_head
+from actors.webhook_sender import (
+    GuardedBackend,
+    HttpSender,
+    SendJob,
+    failure_of,
+    signed_head,
+    system_resolver,
+)
 from svc_engine import signing
 from svc_engine.errors import ValidationError
 from svc_engine.webhook_retry import classify_response
@@ -199,7 +206,7 @@ async def test_a_certificate_for_another_name_is_a_tls_error(tmp_path: Path) -> 
         wrong = await sender.attempt(_job(f"https://hooks.example:{server.port}/h"))
         right = await sender.attempt(_job(f"https://other.example:{server.port}/h"))
     assert (wrong.status, wrong.error) == (None, "tls_error")
-    assert "CERTIFICATE_VERIFY_FAILED" in wrong.detail
+    assert wrong.detail == "TLS error: CERTIFICATE_VERIFY_FAILED"  # the reason, not the text
     assert right.status == 204 and len(server.seen) == 1
 
 
@@ -270,3 +277,60 @@ def test_the_head_refuses_what_build_headers_refuses(
         signing.build_headers(secret, delivery_id, 1, BODY, event_type)
     with pytest.raises(ValidationError):
         signed_head(job, 1)
+
+
+async def test_elapsed_is_the_attempt_on_trios_clock_in_milliseconds(
+        autojump_clock: trio.testing.MockClock) -> None:
+    async def slow(peer: Peer) -> None:
+        while await peer.request() is not None:
+            await trio.sleep(1.5)
+            await peer.send(NO_CONTENT)
+
+    async with serving(slow) as server, HttpSender(TrioWallClock()) as sender:
+        report = await sender.attempt(_job(f"http://127.0.0.1:{server.port}/h"))
+    assert report.status == 204 and report.elapsed_ms == 1500
+
+
+# -- failures: dialling, resolving, and the words of an exchange's error ----------------------
+
+class _Refusing:
+    """A dialer every address refuses, each with its own error."""
+
+    def __init__(self) -> None:
+        self.dialled: list[str] = []
+
+    async def connect_tcp(self, host: str, port: int) -> trio.SocketStream:
+        self.dialled.append(host)
+        raise ConnectionRefusedError(f"{host} refused")
+
+
+async def test_dialling_tries_each_address_and_raises_the_last_error() -> None:
+    dialer = _Refusing()
+    guard = GuardedBackend(inner=dialer)
+    with pytest.raises(ConnectionRefusedError, match=r"^192\.0\.2\.2 refused$"):
+        await guard.dial(["192.0.2.1", "192.0.2.2"], 443)
+    assert dialer.dialled == ["192.0.2.1", "192.0.2.2"]
+    with pytest.raises(OSError, match=r"^no address to connect to$"):
+        await guard.dial([], 443)
+
+
+async def test_the_system_resolver_gives_the_addresses_as_text() -> None:
+    assert set(await system_resolver("127.0.0.1", 443)) == {"127.0.0.1"}  # no DNS asked
+
+
+def _tls_error(reason: str | None) -> ssl.SSLError:
+    e = ssl.SSLError(1, "[SSL: X] the whole text")
+    e.reason = reason  # type: ignore[misc]
+    return e
+
+
+def test_an_exchange_error_is_tls_when_an_ssl_error_is_its_cause_or_context() -> None:
+    caused = OSError("read failed")
+    caused.__cause__ = _tls_error("WRONG_VERSION_NUMBER")
+    during = ValueError("while reading")
+    during.__context__ = _tls_error(None)
+    assert failure_of(caused) == ("tls_error", "TLS error: WRONG_VERSION_NUMBER")
+    assert failure_of(during) == ("tls_error", "TLS error: [SSL: X] the whole text")
+    looped = OSError("")
+    looped.__context__ = looped  # a cycle ends the walk
+    assert failure_of(looped) == ("connection_error", "connection error: OSError")
