@@ -87,9 +87,21 @@ async def running_app(store: LmdbStore, config: Config, clock: Clock) -> AsyncIt
         n.cancel_scope.cancel()
 
 
+DAY_MS = 86_400_000
+
+
+def midday_clock() -> TrioWallClock:
+    """The wall clock, starting at noon UTC. Trio's clock starts at a random
+    point, which put a test's "today" anywhere in the day: a test counting by
+    day (today, the last 7 days) could see midnight pass while it ran."""
+    start = TrioWallClock().now_ms()
+    return TrioWallClock(start - start % DAY_MS + DAY_MS // 2
+                         - round(trio.current_time() * 1000))
+
+
 @pytest.fixture
 async def app(store: LmdbStore, config: Config) -> AsyncIterator[App]:
-    async with running_app(store, config, TrioWallClock()) as a:
+    async with running_app(store, config, midday_clock()) as a:
         yield a
 
 
