@@ -58,7 +58,6 @@ class LaunchResult:
     install: Install
     link: Link | None
     decision: Matched | Unattributed | None  # None: not a first launch
-    created: bool
 
 
 @attrs.frozen
@@ -214,7 +213,7 @@ class AttributionStore:
                             "create a fresh install ID")
                     result = self._first_launch_again(txn, stored)
                 else:
-                    result = LaunchResult(existing, None, None, created=False)
+                    result = LaunchResult(existing, None, None)
                 self.store.record_response(txn, idem, result)
                 return result
             decision: Matched | Unattributed | None = None
@@ -245,7 +244,7 @@ class AttributionStore:
             judged = DecisionRecord.of(decision, now_ms) if decision is not None else None
             install_rows.put(txn, db[b"installs"], db[b"installs_by_time"],
                              InstallRow(new, judged))
-            result = LaunchResult(new, link, decision, created=True)
+            result = LaunchResult(new, link, decision)
             self.store.record_response(txn, idem, result)
             return result
 
@@ -273,9 +272,9 @@ class AttributionStore:
                     else Unattributed())
         link = self.live_link(txn, decision.link_id) if isinstance(decision, Matched) else None
         if not isinstance(decision, Matched) or link is None:
-            return LaunchResult(row.install, None, None, created=False)
+            return LaunchResult(row.install, None, None)
         install = attrs.evolve(row.install, attribution=decision.attribution)
-        return LaunchResult(install, link, decision, created=False)
+        return LaunchResult(install, link, decision)
 
     def project_token(self, txn: lmdb.Transaction, text: str | None,
                       project_id: str, *, via: str) -> Token | None:

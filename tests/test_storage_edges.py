@@ -20,13 +20,14 @@ import attrs
 import lmdb
 import pytest
 
-from storage import accounts, event_records
+from storage import accounts, event_records, layout
 from storage.attribution_store import AttributionStore
 from storage.dashboard_reads import LATE_EVENT_MS, clicks_of_link, recent_conversions
 from storage.data_file import cut_short
 from storage.links_store import LinksStore
 from storage.lmdb_store import LmdbStore, has_data, unreachable
 from storage.schema import SCHEMA_VERSION, SchemaTooOld, migrate
+from svc_engine.attribution import LANDING_OPEN_TTL_MS
 from svc_engine.errors import (
     Conflict,
     NotFound,
@@ -439,6 +440,47 @@ async def test_the_sweep_deletes_handoffs_at_their_expiry_only(store: LmdbStore)
     assert [h.expires_at_ms for h in left] == [6_001]
     assert (await attribution.sweep(6_000))["handoffs"] == 0  # its time index went too
     assert len(store.scan(b"handoffs_by_time", b"")) == 1
+
+
+async def test_the_sweep_deletes_tokens_at_their_expiry_and_at_most_its_limit(
+        store: LmdbStore) -> None:
+    """A token expires at ``expires_at_ms`` exactly (svc_engine/tokens.py):
+    the sweep at that moment deletes it, a millisecond before keeps it."""
+    attribution = AttributionStore(store, "http://svc.test")
+    expiries = (5_000, 5_000, 6_000)
+
+    def issue(txn: lmdb.Transaction) -> None:
+        for n, expires in enumerate(expiries):
+            text = f"token-{n}".encode()
+            txn.put(text, b"x", db=store.db(b"tokens"))
+            txn.put(layout.ms(expires) + text, b"", db=store.db(b"tokens_by_time"))
+
+    await store.write(issue)
+    assert (await attribution.sweep(4_999))["tokens"] == 0
+    assert (await attribution.sweep(5_000, limit=1))["tokens"] == 1
+    assert (await attribution.sweep(5_999))["tokens"] == 1
+    assert [k for k, _ in store.scan(b"tokens", b"")] == [b"token-2"]
+    assert (await attribution.sweep(6_000))["tokens"] == 1
+    assert store.scan(b"tokens_by_time", b"") == []
+
+
+async def test_the_sweep_deletes_continue_in_app_opens_after_7_days_at_most_its_limit(
+        store: LmdbStore) -> None:
+    attribution = AttributionStore(store, "http://svc.test")
+    made = 1_000
+
+    def opened(txn: lmdb.Transaction) -> None:
+        for n in range(3):
+            key = layout.scope(PROJECT, "test") + layout.uid(str(uuid.UUID(int=n + 1)))
+            txn.put(key, layout.uid(str(uuid.UUID(int=99))) + layout.ms(made),
+                    db=store.db(b"landing_opens"))
+
+    await store.write(opened)
+    assert (await attribution.sweep(made + LANDING_OPEN_TTL_MS))["landing_opens"] == 0
+    late = made + LANDING_OPEN_TTL_MS + 1
+    assert (await attribution.sweep(late, limit=2))["landing_opens"] == 2
+    assert (await attribution.sweep(late, limit=2))["landing_opens"] == 1
+    assert store.scan(b"landing_opens", b"") == []
 
 
 # -- links --------------------------------------------------------------------------------
