@@ -147,6 +147,7 @@ def reference_sums(new: NewEvents, indexes: list[int]) -> tuple[dict[Any, int], 
                           st.sampled_from(["EUR", "USD", None]),
                           st.sampled_from([1, 2.5, 0.1, -3, 10**12])),
                 min_size=1, max_size=20), st.booleans())
+@example([(LINK, 0, "EUR", 1), (LINK, 0, "USD", 2.5), (LINK, 0, "EUR", 0.1)], False)
 def test_batch_sums_are_the_per_event_sums(spec: list[tuple[Any, int, Any, Any]],
                                           some_duplicates: bool) -> None:
     items = [ev(i, linkId=link, occurredAt=f"2026-11-0{1 + day}T10:00:00.123Z",
