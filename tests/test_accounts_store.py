@@ -16,7 +16,7 @@ from storage.lmdb_store import LmdbStore
 from svc_engine.errors import Forbidden, Gone, NotFound
 from svc_engine.invites import new_invite
 from svc_engine.plans import QUOTAS, Plan
-from svc_engine.records import Membership, Role, User
+from svc_engine.records import Membership, Organization, Role, User
 from svc_engine.sessions import new_session
 from web import tenancy
 from web.services import system_random
@@ -93,3 +93,38 @@ async def test_accepting_invitations_never_takes_a_team_past_its_plan(store: Lmd
         await accounts.accept_invite(store, invites[2].token_hash, 2000,
                                      new_user=_user(2, invites[2].email, 2000))
     assert len(store.members_of(org)) == 3
+
+
+@pytest.mark.parametrize("order", ["theirs after", "theirs before"])
+async def test_an_organizations_members_and_invitations_are_its_own(
+        store: LmdbStore, order: str) -> None:
+    """Members are read by a prefix of the organization's id: another's, the
+    next in key order or the one before, are not counted as this team's."""
+    ids = ["00000000-0000-4000-8000-00000000000a", "ffffffff-ffff-4fff-bfff-fffffffffffa"]
+    mine_id, theirs_id = ids if order == "theirs after" else ids[::-1]
+    for org_id in (mine_id, theirs_id):
+        await store.create_org(Organization(id=org_id, name="Org", plan=Plan.STARTER,
+                                            created_at_ms=1))
+        await store.write(lambda txn, o=org_id: _put_member(store, txn, Membership(
+            org_id=o, user_id=OWNER, role=Role.OWNER, created_at_ms=1)))
+    theirs_user = _user(1, "theirs@example.com", 1)
+    await store.create_user(theirs_user)
+    await store.write(lambda txn: _put_member(store, txn, Membership(
+        org_id=theirs_id, user_id=theirs_user.id, role=Role.DEVELOPER, created_at_ms=1)))
+    # their member is not one of mine: inviting them here is no conflict, and
+    # the starter plan's 3 seats count only my owner and this invitation
+    _, invite = new_invite(bytes(range(48)), mine_id, "theirs@example.com", Role.DEVELOPER,
+                           OWNER, 1000)
+    await accounts.create_invite(store, invite)
+    _, theirs_invite = new_invite(bytes(range(1, 49)), theirs_id, "x@example.com",
+                                  Role.DEVELOPER, OWNER, 1000)
+    await accounts.create_invite(store, theirs_invite)
+    assert [i.id for i in accounts.list_invites(store, mine_id, 2000)] == [invite.id]
+    assert accounts.list_invites(store, mine_id, invite.expires_at_ms) == []  # expired
+    joined = await accounts.accept_invite(store, invite.token_hash, 2000,
+                                          existing_user_id=theirs_user.id)
+    assert joined.joined
+    changed = await accounts.change_role(store, mine_id, Role.OWNER, theirs_user.id, Role.ADMIN)
+    assert changed.org_id == mine_id
+    assert {m.user_id: m.role for m in store.members_of(theirs_id)} == {
+        OWNER: Role.OWNER, theirs_user.id: Role.DEVELOPER}
