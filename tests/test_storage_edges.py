@@ -486,6 +486,19 @@ async def test_the_sweep_deletes_continue_in_app_opens_after_7_days_at_most_its_
 # -- links --------------------------------------------------------------------------------
 
 
+async def test_a_page_shows_only_its_own_projects_live_links_of_its_mode(
+        store: LmdbStore) -> None:
+    links = LinksStore(store)
+    mine = await links.create(link(1), org_id=ORG, quota=None, idem=None)
+    gone = await links.create(link(2), org_id=ORG, quota=None, idem=None)
+    await links.delete(PROJECT, "test", gone.id, ORG, 2, None)
+    assert links.shown(mine.id, PROJECT, Mode.TEST) == mine
+    assert links.shown(mine.id, PROJECT, Mode.LIVE) is None
+    assert links.shown(mine.id, PROJECT_ID, Mode.TEST) is None
+    assert links.shown(gone.id, PROJECT, Mode.TEST) is None
+    assert links.shown(str(uuid.UUID(int=7)), PROJECT, Mode.TEST) is None
+
+
 async def test_no_project_owns_what_no_domain_can_be(store: LmdbStore) -> None:
     """A Host header is the client's to write: empty, or longer than LMDB
     takes as a key, it is nobody's domain (not an LMDB error)."""
