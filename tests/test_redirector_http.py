@@ -314,6 +314,7 @@ async def test_a_custom_domain_claimed_by_another_project_serves_only_its_links(
     async with app.client(**tapper) as c:
         gone = await c.get("/promo")
     assert gone.status_code == 404
+    assert app.services.links.by_slug("go.shared.com", "promo") is None  # given up to B
     # A slug of A's left on the domain (a domain that changed hands before
     # this upgrade, when nothing released them) answers nothing either.
     slugs, old_id = app.services.store.db(b"slugs"), str(old["id"])

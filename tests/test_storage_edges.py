@@ -30,6 +30,7 @@ from storage.schema import SCHEMA_VERSION, SchemaTooOld, migrate
 from svc_engine.attribution import LANDING_OPEN_TTL_MS
 from svc_engine.errors import (
     Conflict,
+    LinkQuotaExceeded,
     NotFound,
     StoreDamaged,
     StoreUnreachable,
@@ -497,6 +498,22 @@ async def test_a_page_shows_only_its_own_projects_live_links_of_its_mode(
     assert links.shown(mine.id, PROJECT_ID, Mode.TEST) is None
     assert links.shown(gone.id, PROJECT, Mode.TEST) is None
     assert links.shown(str(uuid.UUID(int=7)), PROJECT, Mode.TEST) is None
+
+
+async def test_the_organizations_link_count_follows_creates_and_deletes(
+        store: LmdbStore) -> None:
+    """The plan's link quota counts the organization's links not deleted."""
+    links = LinksStore(store)
+    made = [await links.create(link(i), org_id=ORG, quota=3, idem=None) for i in range(3)]
+    assert links.org_link_count(ORG) == 3
+    with pytest.raises(LinkQuotaExceeded):
+        await links.create(link(3), org_id=ORG, quota=3, idem=None)
+    await links.delete(PROJECT, "test", made[0].id, ORG, 2, None)
+    assert links.org_link_count(ORG) == 2
+    await links.create(link(3), org_id=ORG, quota=3, idem=None)  # room again
+    for one in (made[1], made[2]):
+        await links.delete(PROJECT, "test", one.id, ORG, 3, None)
+    assert links.org_link_count(ORG) == 1 and links.org_link_count(ORG_ID) == 0
 
 
 async def test_no_project_owns_what_no_domain_can_be(store: LmdbStore) -> None:
