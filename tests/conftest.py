@@ -13,6 +13,7 @@ import httpx
 import hypothesis
 import pytest
 import trio
+import trio.testing
 
 from actors.clock import Clock, TrioWallClock
 from storage.lmdb_store import LmdbStore
@@ -93,7 +94,11 @@ DAY_MS = 86_400_000
 def midday_clock() -> TrioWallClock:
     """The wall clock, starting at noon UTC. Trio's clock starts at a random
     point, which put a test's "today" anywhere in the day: a test counting by
-    day (today, the last 7 days) could see midnight pass while it ran."""
+    day (today, the last 7 days) could see midnight pass while it ran. Under
+    a MockClock (``autojump_clock``) it is the default one, whose wall time
+    at trio time 0 tests compute from (1_790_000_000_000: 14:13 UTC)."""
+    if isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock):
+        return TrioWallClock()
     start = TrioWallClock().now_ms()
     return TrioWallClock(start - start % DAY_MS + DAY_MS // 2
                          - round(trio.current_time() * 1000))
