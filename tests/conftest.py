@@ -17,6 +17,7 @@ import trio.testing
 
 from actors.clock import Clock, TrioWallClock
 from storage.lmdb_store import LmdbStore
+from svc_engine.analytics import DAY_MS
 from svc_engine.config import Config
 from tests.server_process import ServerProcess
 from web import tenancy
@@ -29,6 +30,7 @@ from web.services import Services, system_random
 # test finds should be a counterexample, not a slow moment.
 hypothesis.settings.register_profile("svc", deadline=None)
 hypothesis.settings.load_profile("svc")
+
 
 @pytest.fixture
 def data_dir(tmp_path: Any) -> str:
@@ -86,9 +88,6 @@ async def running_app(store: LmdbStore, config: Config, clock: Clock) -> AsyncIt
         services = await start_services(n, config, store, clock, secret)
         yield App(services, build_front(services), info)
         n.cancel_scope.cancel()
-
-
-DAY_MS = 86_400_000
 
 
 def midday_clock() -> TrioWallClock:

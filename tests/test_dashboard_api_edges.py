@@ -351,7 +351,8 @@ async def test_without_a_public_url_the_dashboard_uses_the_address_it_was_reache
         shown = re.search(r"http://svc\.test/dashboard/invite/([\w-]{43})(?![\w-])",
                           invited.text, re.ASCII)
         assert shown is not None
-        stored = accounts.list_invites(app.services.store, app.org_id, TrioWallClock().now_ms())
+        stored = accounts.list_invites(app.services.store, app.org_id,
+                                        app.services.clock.now_ms())
         assert [i.token_hash for i in stored] == [token_hash(shown.group(1))]
         await m.aclose()
 
