@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from storage import dashboard_reads
+from svc_engine.events import utc_day
 from svc_engine.keys import Mode
 from svc_engine.links import iso_utc
 from svc_engine.records import Role
@@ -129,6 +130,22 @@ async def test_installs_are_read_only_when_the_counter_moved(app: App) -> None:
     again = await poll(m, after=0, im=first["im"])
     assert again["im"].endswith(":2") and len(again["keys"]) == 2
     assert "unattributed" in again["html"]
+    await m.aclose()
+
+
+async def test_the_first_install_of_the_day_moves_the_marker_of_none(app: App) -> None:
+    """A page opened before the day's first install holds the marker of no
+    install: the first one must change it, or the poll skips the walk."""
+    await setup(app)
+    m = await signed_in(app, owner(app))
+    empty = await poll(m, after=0)
+    day = utc_day(app.services.clock.now_ms())
+    assert empty["keys"] == [] and empty["im"] == f"{day}:0"
+    async with app.client("pk_test", **SDK) as c:
+        await c.post("/v1/sdk/init", json=init_body(new_install(), "ios"))
+    first = await poll(m, after=0, im=empty["im"])
+    assert [k.split(":")[0] for k in first["keys"]] == ["install"]
+    assert first["im"] == f"{day}:1"
     await m.aclose()
 
 

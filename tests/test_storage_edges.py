@@ -22,7 +22,13 @@ import pytest
 
 from storage import accounts, event_records, layout
 from storage.attribution_store import AttributionStore
-from storage.dashboard_reads import LATE_EVENT_MS, clicks_of_link, recent_conversions
+from storage.dashboard_reads import (
+    LATE_EVENT_MS,
+    clicks_of_link,
+    link_click_totals,
+    recent_conversions,
+    slugs_on_domain,
+)
 from storage.data_file import cut_short
 from storage.links_store import LinksStore
 from storage.lmdb_store import LmdbStore, has_data, unreachable
@@ -39,6 +45,7 @@ from svc_engine.errors import (
 from svc_engine.handoffs import Handoff
 from svc_engine.invites import new_invite
 from svc_engine.keys import KeyKind, Mode, make_key
+from svc_engine.links import Link
 from svc_engine.plans import Plan
 from svc_engine.platforms import Platforms, apply_platforms_patch
 from svc_engine.records import Membership, Organization, Project, Role
@@ -411,6 +418,62 @@ async def test_live_events_show_only_events_received_since_the_poll(store: LmdbS
                               since_ms=NOW)
     assert [c.id for c in both] == [shown["id"], late["id"]]
     assert all(c.install_id == INSTALL for c in both)
+
+
+
+async def test_live_events_reach_back_late_event_ms_for_an_event_and_no_further(
+        store: LmdbStore) -> None:
+    """An event received since the poll shows when it occurred at most
+    ``LATE_EVENT_MS`` before the poll's time, to the millisecond."""
+    events = await registered(store)
+    since = NOW + 60_000
+    edge = ev(0, occurredAt=_iso(since - LATE_EVENT_MS))
+    past = ev(1, occurredAt=_iso(since - LATE_EVENT_MS - 1))
+    await record(events, [edge, past], now=since + 1_000)
+    found = recent_conversions(store, EVENTS_PROJECT, Mode.LIVE, since_ms=since)
+    assert [c.id for c in found] == [edge["id"]]
+    assert found[0].occurred_at_ms == since - LATE_EVENT_MS
+    assert found[0].received_at_ms == since + 1_000
+    # from the start (the page's first read), every event
+    assert len(recent_conversions(store, EVENTS_PROJECT, Mode.LIVE)) == 2
+
+
+async def test_the_link_lists_click_totals_are_each_links_own_over_the_days_asked(
+        store: LmdbStore) -> None:
+    a, b = link(1), link(2)
+    await write_clicks(store, a, [DAY_0 + 5, DAY_0 + 9, DAY_0 + DAY + 5, DAY_0 - DAY + 5])
+    await write_clicks(store, b, [DAY_0 + 7])
+    nobody = str(uuid.UUID(int=99))
+    days = ["2026-02-16", "2026-02-17"]
+    assert link_click_totals(store, PROJECT, Mode.TEST, [a.id, b.id, nobody], days) == {
+        a.id: 3, b.id: 1, nobody: 0}
+    assert link_click_totals(store, PROJECT, Mode.TEST, [a.id, b.id], ["2026-02-17"]) == {
+        a.id: 1, b.id: 0}
+    assert link_click_totals(store, PROJECT, Mode.LIVE, [a.id], days) == {a.id: 0}
+    assert link_click_totals(store, PROJECT, Mode.TEST, [], days) == {}
+
+
+async def test_a_domains_slug_count_is_its_own_deleted_links_too_up_to_the_cap(
+        store: LmdbStore) -> None:
+    """The domains page counts the slugs taken on each domain: not those of
+    a domain whose name begins or ends the same, and at most ``cap``."""
+    links = LinksStore(store)
+
+    async def on(domain: str, i: int) -> Link:
+        return await links.create(attrs.evolve(link(i), domain=domain), org_id=ORG,
+                                  quota=None, idem=None)
+
+    made = [await on("go.example.com", i) for i in range(3)]
+    await on("go.example.co", 3)
+    await on("go.example.com.au", 4)
+    await on("ago.example.com", 5)
+    await links.delete(PROJECT, "test", made[0].id, ORG, 6, None)
+    assert slugs_on_domain(store, "go.example.com") == 3        # the deleted one's slug kept
+    assert slugs_on_domain(store, "go.example.com", cap=2) == 2
+    assert slugs_on_domain(store, "go.example.com", cap=3) == 3
+    assert slugs_on_domain(store, "go.example.co") == 1
+    assert slugs_on_domain(store, "go.example.com.au") == 1
+    assert slugs_on_domain(store, "example.com") == 0
 
 
 # -- handoffs -----------------------------------------------------------------------------
