@@ -134,25 +134,41 @@ A, B = LINKS[0], LINKS[1]
 T = Mode.TEST
 
 
+# A launch hashes its network under one key or, in the first hours of an
+# epoch, two (the taps either side of the key's change are one group:
+# storage/click_window_store.py's ``_joined``), in either order.
+launch_nets = st.sampled_from([(), (NET,), (OTHER_NET,), (NET, OTHER_NET), (OTHER_NET, NET)])
+
+
 @settings(max_examples=300, deadline=None)
 @given(taps, st.sampled_from([16, 17, None]), st.sampled_from(["DE", "FR", None]),
-       st.sampled_from([NET, OTHER_NET, None]), st.booleans(), st.booleans(),
+       launch_nets, st.booleans(), st.booleans(),
        st.sampled_from([15, 120]), st.sampled_from(Mode))
 # Both edges of the window are in (README: "inclusive and exact"), for either
 # step, alone and as a conflict: drawn at random, a mutant dropping one edge
 # was caught in 2 to 4 runs of 8.
-@example([(A, 120 * MIN, 17, None, NET, T)], 17, "DE", NET, True, True, 120, T)
+@example([(A, 120 * MIN, 17, None, NET, T)], 17, "DE", (NET,), True, True, 120, T)
 @example([(B, 120 * MIN, 17, None, NET, T), (A, 5 * MIN, 17, None, NET, T)],
-         17, "DE", NET, True, True, 120, T)
-@example([(A, 0, 17, "DE", NET, T)], 17, "DE", NET, True, True, 120, T)
-@example([(A, 0, 17, "DE", None, T)], 17, "DE", None, True, False, 120, T)
+         17, "DE", (NET,), True, True, 120, T)
+@example([(A, 0, 17, "DE", NET, T)], 17, "DE", (NET,), True, True, 120, T)
+@example([(A, 0, 17, "DE", None, T)], 17, "DE", (), True, False, 120, T)
 @example([(A, 5 * MIN, 17, "DE", None, T), (B, 0, 17, "DE", None, T)],
-         17, "DE", None, True, False, 120, T)
+         17, "DE", (), True, False, 120, T)
 @example([(B, 120 * MIN, 17, "DE", None, T), (A, 5 * MIN, 17, "DE", None, T)],
-         17, "DE", None, True, False, 120, T)
+         17, "DE", (), True, False, 120, T)
+# Under two keys: one link's taps under both are one group, oldest first
+# whatever the keys' order; two links, one under each, are a conflict; a
+# group under one key alone is the whole group.
+@example([(A, 9 * MIN, 17, None, OTHER_NET, T), (A, 5 * MIN, 17, None, NET, T),
+          (A, 1 * MIN, 17, None, OTHER_NET, T)], 17, None, (NET, OTHER_NET), True, True, 120, T)
+@example([(A, 5 * MIN, 17, None, NET, T), (B, 1 * MIN, 17, None, OTHER_NET, T)],
+         17, None, (OTHER_NET, NET), True, True, 120, T)
+@example([(A, 5 * MIN, 17, None, NET, T), (B, 1 * MIN, 17, None, NET, T),
+          (A, 1 * MIN, 17, None, OTHER_NET, T)], 17, None, (OTHER_NET, NET), True, True, 120, T)
+@example([(A, 5 * MIN, 17, None, OTHER_NET, T)], 17, None, (NET, OTHER_NET), True, True, 120, T)
 def test_indexed_launch_matches_the_pure_rules_and_keeps_indexes_in_step(
         store: LmdbStore, drawn: list[tuple[str, int, int, str | None, bytes | None, Mode]],
-        os_major: int | None, country: str | None, net: bytes | None, prob: bool, ip: bool,
+        os_major: int | None, country: str | None, nets: tuple[bytes, ...], prob: bool, ip: bool,
         minutes: int, mode: Mode) -> None:
     window = ClickWindow(store)
     entries = [ClickWindowEntry(click_id=click_id(i), link_id=link, mode=m, os_major=major,
@@ -162,16 +178,16 @@ def test_indexed_launch_matches_the_pure_rules_and_keeps_indexes_in_step(
     deferred = DeferredSettings(probabilistic_matching=prob, probabilistic_ip_matching=ip,
                                 probabilistic_window_minutes=minutes)
     expected = decide_first_launch(launch, token=None, window=entries, settings=deferred,
-                                   net_hashes=(net,) if net else (), now_ms=NOW)
+                                   net_hashes=nets, now_ms=NOW)
     txn = store.env.begin(write=True)
     try:
         for e in entries:
             window.put(txn, PROJECT, e)
             window.put(txn, OTHER_PROJECT, e)  # another project's taps never count
-        found = window.candidates(txn, PROJECT, launch, deferred, (net,) if net else (), NOW)
+        found = window.candidates(txn, PROJECT, launch, deferred, nets, NOW)
         decision = decide_from_candidates(launch, token=None, network=found.network,
                                           cohort=found.cohort, settings=deferred,
-                                          net_hashes=(net,) if net else (), now_ms=NOW)
+                                          net_hashes=nets, now_ms=NOW)
         assert decision == expected
         left = entries
         if isinstance(decision, Matched):
@@ -283,6 +299,33 @@ def test_sweep_reads_every_project_and_mode(store: LmdbStore) -> None:
         txn.abort()
 
 
+
+def test_sweep_deletes_taps_dated_further_ahead_than_a_clock_step_back_allows(
+        store: LmdbStore) -> None:
+    """A tap more than ``AHEAD_MS`` after the slice's clock (``latest_ms``,
+    or the run's ``now_ms``) was dated by a wall clock that went back since:
+    it goes. One at the edge stays, as do the taps made during a long run."""
+    window = ClickWindow(store)
+    later = NOW + 10 * MIN  # the clock as a slice began, a long run after NOW
+    kept = [tap(1, ago=MIN), tap(2, ago=-5 * MIN),  # made during the run
+            tap(3, ago=-(10 * MIN + cws.AHEAD_MS)), tap(4, ago=-MIN, mode=Mode.TEST)]
+    ahead = [tap(5, ago=-(10 * MIN + cws.AHEAD_MS) - 1), tap(6, ago=-9 * 60 * MIN),
+             tap(7, ago=-9 * 60 * MIN, mode=Mode.TEST)]
+    txn = store.env.begin(write=True)
+    try:
+        for e in kept + ahead:
+            window.put(txn, PROJECT, e)
+        window.put(txn, OTHER_PROJECT, ahead[0])
+        assert window.sweep(txn, NOW, limit=10, latest_ms=later) == 4
+        assert stored_keys(txn, store) == expected_keys(PROJECT, kept)
+        # without a slice's clock the run's own is the edge: taps 2 and 3 lie
+        # further ahead of it, tap 4 at the edge
+        assert window.sweep(txn, NOW, limit=10) == 2
+        assert stored_keys(txn, store) == expected_keys(PROJECT, [kept[0], kept[3]])
+    finally:
+        txn.abort()
+
+
 @contextmanager
 def migrated(old: LmdbStore, path: str) -> Iterator[LmdbStore]:
     """``old``'s data dir reopened (so its migrations run), at the current
@@ -345,6 +388,8 @@ def test_newest_examines_a_bounded_number_of_entries(
         for e in consumed:
             window._release(txn, scope, layout.ms(e.at_ms) + layout.uid(e.click_id), e)
         assert window.newest(txn, PROJECT, "live", 0, limit=5) == []  # 20 examined, all gone
+        monkeypatch.setattr(cws, "NEWEST_SCAN", 39)  # the live tap is the 40th from the end
+        assert window.newest(txn, PROJECT, "live", 0, limit=5) == []
         monkeypatch.setattr(cws, "NEWEST_SCAN", 40)
         assert window.newest(txn, PROJECT, "live", 0, limit=5) == [live]
     finally:
