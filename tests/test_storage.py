@@ -47,6 +47,22 @@ async def test_writes_queued_together_commit_in_one_batch(store: LmdbStore) -> N
     assert store.meta("k49") == b"v"
 
 
+
+async def test_a_batch_takes_at_most_max_batch_ops(store: LmdbStore) -> None:
+    """Ops queued beyond ``max_batch`` wait for the next batch."""
+    writer = Writer(store.env, max_batch=3, inline=True)
+    db = store.db(b"meta")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        pendings = [writer.submit_nowait(
+            lambda txn, i=i: txn.put(f"b{i}".encode(), b"v", db=db)) for i in range(7)]
+        for p in pendings:
+            await p.wait()
+        writer.close()
+    stats = writer.statistics()
+    assert (stats.batches, stats.ops, stats.largest_batch) == (3, 7, 3)
+    assert store.meta("b6") == b"v"
+
 async def test_a_failing_op_does_not_spoil_its_batch(store: LmdbStore) -> None:
     db = store.db(b"meta")
 
@@ -944,3 +960,59 @@ def test_commits_failing_and_succeeding_by_turns_are_one_burst_in_the_log(
     now[0] += 60
     failures.failed(StoreFull("the map is full"), "raise SVC_MAP_SIZE")
     assert caplog.records[-1].exc_info is not None
+
+
+def test_a_burst_of_failed_commits_is_counted_exactly_in_its_lines(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """One line a FAILURE_LOG_S with the failures since the last line, one
+    recovery line with the burst's total, never a second one; failures within
+    FAILURE_LOG_S of the recovery continue the burst, from then on a new one."""
+    now = [0.0]
+    failures = FailureLog(lambda: now[0], every_s=10)
+    caplog.set_level(logging.INFO, logger="svc.storage")
+
+    def said() -> list[str]:
+        return [("TRACEBACK " if r.exc_info else "") + r.getMessage()
+                for r in caplog.records if r.name == "svc.storage"]
+
+    def fail(at: float) -> None:
+        now[0] = at
+        failures.failed(StoreFull("full"), "room")
+
+    def succeed(at: float) -> None:
+        now[0] = at
+        failures.succeeded()
+
+    for t in range(0, 25):  # a failure a second: the first line, then one a 10 s
+        fail(t)
+    succeed(25)
+    assert said() == [
+        "TRACEBACK a commit failed, so the store takes no writes (StoreFull); room",
+        "10 more commits failed in the last 10 s (StoreFull: full); room",
+        "10 more commits failed in the last 10 s (StoreFull: full); room",
+        "commits succeed again, after 25 failed"]
+    succeed(40)  # long after: nothing more to say
+    assert len(said()) == 4
+    fail(49.5)  # 24.5 s after the burst ended: a new one
+    assert said()[-1].startswith("TRACEBACK ")
+    succeed(50)
+    assert said()[-1] == "commits succeed again, after 1 failed"
+    fail(55)  # 5 s after it: the same burst goes on
+    succeed(56)  # within 10 s of the last line: said later
+    succeed(58)
+    assert len(said()) == 6
+    succeed(60)  # exactly 10 s after the last line: said now
+    assert said()[-1] == ("commits succeed again, after 1 failed "
+                          "(they failed again 1 times after succeeding)")
+    fail(66)  # exactly 10 s after the success that ended the burst (56): a new one
+    assert said()[-1].startswith("TRACEBACK ") and len(said()) == 8
+    succeed(67)
+    fail(70)  # the same burst again
+    succeed(77)  # exactly 10 s after the last line: said at once
+    assert said()[-2:] == ["commits succeed again, after 1 failed",
+                           "commits succeed again, after 1 failed "
+                           "(they failed again 1 times after succeeding)"]
+    fail(80)  # the same burst once more, failing on: its line counts from the recovery
+    fail(87)
+    assert said()[-1] == "2 more commits failed in the last 10 s (StoreFull: full); room"
+    assert failures.count == 31
