@@ -63,6 +63,28 @@ async def test_a_batch_takes_at_most_max_batch_ops(store: LmdbStore) -> None:
     assert (stats.batches, stats.ops, stats.largest_batch) == (3, 7, 3)
     assert store.meta("b6") == b"v"
 
+
+async def test_a_batch_cancelled_while_it_commits_still_answers_its_writers(
+        store: LmdbStore) -> None:
+    """The service cancelled (shut down) while a batch commits: the batch
+    finishes and every op in it gets its answer, so no caller whose write
+    is on disk waits for ever or is told it failed."""
+    writer = Writer(store.env, inline=True)
+    db = store.db(b"meta")
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+
+            def op(txn: lmdb.Transaction) -> str:
+                txn.put(b"mid-commit", b"v", db=db)
+                scope.cancel()  # while the writer is inside the batch
+                return "kept"
+
+            pending = writer.submit_nowait(op)
+            await trio.sleep_forever()
+    assert scope.cancelled_caught and pending.done
+    assert await pending.wait() == "kept" and store.meta("mid-commit") == b"v"
+
 async def test_a_failing_op_does_not_spoil_its_batch(store: LmdbStore) -> None:
     db = store.db(b"meta")
 
