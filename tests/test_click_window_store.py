@@ -252,6 +252,9 @@ def test_a_network_match_forgets_the_hash_on_every_tap_of_the_scope(store: LmdbS
         assert values[cohort_key(PROJECT, entries[3])] == NET  # the other mode's tap
         assert not any(k.startswith(live + layout.part(NET))
                        for k in stored_keys(txn, store)[b"click_window_by_net"])
+        # the other mode's tap, forgotten on its own: one tap's hash
+        assert window.forget_net_hash(txn, layout.scope(PROJECT, "test"), NET) == 1
+        assert cohort_values(txn, store)[cohort_key(PROJECT, entries[3])] == b""
     finally:
         txn.abort()
 

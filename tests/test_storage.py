@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from typing import Any
 
 import cbor2
@@ -13,6 +14,7 @@ import trio
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from storage import layout
 from storage.lmdb_store import LmdbStore
 from storage.schema import SCHEMA_VERSION, SchemaTooNew
 from storage.writer import FailureLog, Pending, Writer, after_commit
@@ -84,6 +86,48 @@ async def test_a_batch_cancelled_while_it_commits_still_answers_its_writers(
             await trio.sleep_forever()
     assert scope.cancelled_caught and pending.done
     assert await pending.wait() == "kept" and store.meta("mid-commit") == b"v"
+
+
+async def test_put_meta_writes_only_a_changed_value_and_put_meta_once_only_the_first(
+        store: LmdbStore) -> None:
+    await store.put_meta("served", b"a.example")
+    assert store.meta("served") == b"a.example"
+    batches = store.writer.statistics().batches
+    await store.put_meta("served", b"a.example")  # unchanged: no write at all
+    assert store.writer.statistics().batches == batches
+    await store.put_meta("served", b"b.example")
+    assert store.meta("served") == b"b.example"
+    assert store.writer.statistics().batches == batches + 1
+    assert await store.put_meta_once("secret", b"first") == b"first"
+    assert await store.put_meta_once("secret", b"second") == b"first"
+    assert store.meta("secret") == b"first"
+
+
+async def test_scan_in_reads_the_prefix_as_the_op_s_own_transaction_sees_it(
+        store: LmdbStore) -> None:
+    db = store.db(b"meta")
+
+    def op(txn: lmdb.Transaction) -> list[tuple[bytes, bytes]]:
+        for key in (b"pa", b"pb\x00", b"pb\xff", b"pc", b"p"):
+            txn.put(key, key.upper(), db=db)
+        return store.scan_in(txn, b"meta", b"pb")
+
+    assert await store.write(op) == [(b"pb\x00", b"PB\x00"), (b"pb\xff", b"PB\xff")]
+
+
+async def test_wants_webhooks_only_for_an_endpoint_of_that_project_and_mode(
+        store: LmdbStore) -> None:
+    """Endpoints are keyed project | mode | ...: an endpoint of a scope after
+    this one (another project, the other mode) is not this one's."""
+    first, second = str(uuid.UUID(int=1)), str(uuid.UUID(int=2))
+    with store.env.begin(write=True) as txn:
+        txn.put(layout.scope(second, "test") + layout.uid(str(uuid.UUID(int=9))), b"",
+                db=store.db(b"endpoints"))
+        assert not store.wants_webhooks(txn, first, "test")
+        assert not store.wants_webhooks(txn, first, "live")
+        assert not store.wants_webhooks(txn, second, "live")
+        assert store.wants_webhooks(txn, second, "test")
+        txn.abort()  # nothing kept
 
 async def test_a_failing_op_does_not_spoil_its_batch(store: LmdbStore) -> None:
     db = store.db(b"meta")
