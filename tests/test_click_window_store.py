@@ -166,6 +166,10 @@ launch_nets = st.sampled_from([(), (NET,), (OTHER_NET,), (NET, OTHER_NET), (OTHE
 @example([(A, 5 * MIN, 17, None, NET, T), (B, 1 * MIN, 17, None, NET, T),
           (A, 1 * MIN, 17, None, OTHER_NET, T)], 17, None, (OTHER_NET, NET), True, True, 120, T)
 @example([(A, 5 * MIN, 17, None, OTHER_NET, T)], 17, None, (NET, OTHER_NET), True, True, 120, T)
+# A tap after the launch (a clock's step), in the launch's quarter hour: not in
+# the window, so neither a candidate nor a conflict.
+@example([(B, -MIN // 2, 17, "DE", None, T), (A, 5 * MIN, 17, "DE", None, T)],
+         17, "DE", (), True, False, 120, T)
 def test_indexed_launch_matches_the_pure_rules_and_keeps_indexes_in_step(
         store: LmdbStore, drawn: list[tuple[str, int, int, str | None, bytes | None, Mode]],
         os_major: int | None, country: str | None, nets: tuple[bytes, ...], prob: bool, ip: bool,
@@ -652,6 +656,27 @@ def test_a_crowded_cohort_costs_a_launch_a_bounded_read(store: LmdbStore, crowd:
     finally:
         txn.abort()
 
+
+@pytest.mark.parametrize("n", [COHORT_TAPS_COUNTED - 1, COHORT_TAPS_COUNTED,
+                               COHORT_TAPS_COUNTED + 1])
+def test_a_cohort_counts_its_taps_to_the_bound_and_says_when_there_are_more(
+        store: LmdbStore, n: int) -> None:
+    """The debugger says "100 taps" or "more than 100": exactly
+    ``COHORT_TAPS_COUNTED`` taps are not more."""
+    window = ClickWindow(store)
+    taps_ = [tap(3000 + i, ago=(1 + i) * MIN // 2, net=None) for i in range(n)]
+    launch = LaunchFacts(mode=Mode.LIVE, platform="ios", os_major=17, country="DE")
+    deferred = DeferredSettings(probabilistic_matching=True)
+    txn = store.env.begin(write=True)
+    try:
+        for e in taps_:
+            window.put(txn, PROJECT, e)
+        found = window.candidates(txn, PROJECT, launch, deferred, (), NOW)
+        assert found.cohort == Candidates(
+            taps=min(n, COHORT_TAPS_COUNTED), links=1, link_id=LINKS[0],
+            more=n > COHORT_TAPS_COUNTED, click_ids=(click_id(3000 + n - 1),))
+    finally:
+        txn.abort()
 
 @pytest.mark.parametrize(("a", "b"), [
     (None, b""), (b"", b"\x00"), (b"ab", b"abc"), (b"x" * 255, b"x" * 256),

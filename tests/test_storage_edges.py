@@ -103,6 +103,12 @@ def test_a_data_dir_this_user_may_not_use_is_refused_with_what_to_do(
                          "(chown -R; the files should be 0600, the dir 0700)")
 
 
+def test_a_data_dir_that_exists_as_a_dir_is_never_said_not_to_be_one(tmp_path: Path) -> None:
+    said = str(unreachable(str(tmp_path), PermissionError(13, "Permission denied")))
+    assert said == (f"SVC_DATA_DIR: cannot use {tmp_path} (Permission denied); run svc as "
+                    "the user that owns it, or give that user access (chown -R; the files "
+                    "should be 0600, the dir 0700)")
+
 def test_a_data_dir_that_is_a_file_is_refused_in_one_line(tmp_path: Path) -> None:
     afile = tmp_path / "afile"
     afile.write_text("x")
