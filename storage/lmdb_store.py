@@ -633,10 +633,11 @@ class LmdbStore:
     # -- operations -------------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
+        """The map's size and the bytes of it in use (pages 0 to LMDB's last
+        page: the file may run further, storage/file_ahead.py)."""
         info, st = self.env.info(), self.env.stat()
-        used = (info["last_pgno"] + 1) * st["psize"]
-        return {"map_size": info["map_size"], "used_bytes": used,
-                "free_bytes": info["map_size"] - used}
+        return {"map_size": info["map_size"],
+                "used_bytes": (info["last_pgno"] + 1) * st["psize"]}
 
     async def backup(self, dest: str) -> None:
         """A consistent compacted copy, taken from a read snapshot while serving."""
