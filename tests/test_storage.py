@@ -31,7 +31,7 @@ from svc_engine.errors import (
 from svc_engine.idempotency import fingerprint
 from svc_engine.settings import DeferredSettings
 from svc_engine.store import IdemWrite
-from tests.migration_helpers import cut_migration, reopened
+from tests.migration_helpers import cut_migration, power_cut_on_slice, reopened
 
 
 async def test_writes_queued_together_commit_in_one_batch(store: LmdbStore) -> None:
@@ -734,7 +734,9 @@ def test_migration_to_schema_2_indexes_existing_installs(
         txn.put(b"schema_version", b"1", db=s.db(b"meta"))
     s.close()
     monkeypatch.setattr(schema, "SLICE", 2)  # the index is built two installs at a time
-    s = LmdbStore(path, map_size=16 << 20)
+    with power_cut_on_slice(monkeypatch, 2, slice_no=0) as resumed:  # no cut: each slice's start
+        s = LmdbStore(path, map_size=16 << 20)
+    assert resumed == [b"", layout.scope(pid, "live") + layout.uid(iids[1]) + b"\x00"]
     assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()  # 1 -> 2 -> current
     keys = [k for k, _ in s.scan(b"installs_by_time", b"")]
     assert keys == [layout.scope(pid, "live") + layout.ms(1234 - n) + layout.uid(iids[n])

@@ -260,6 +260,12 @@ async def test_a_key_is_stored_once_and_an_unknown_one_is_not_revoked(store: Lmd
         await store.revoke_key(PROJECT_ID, unknown, 20)
     found = store.find_key(key.hash)
     assert found is not None and found.revoked_at_ms is None
+    # the dashboard revokes a key of the mode it shows: another mode's is not found
+    with pytest.raises(NotFound, match="in this project and mode"):
+        await store.revoke_key(PROJECT_ID, key.id, 20, mode=Mode.LIVE)
+    assert store.find_key(key.hash) == found
+    assert (await store.revoke_key(PROJECT_ID, key.id, 20, mode=Mode.TEST)).revoked_at_ms == 20
+    assert (await store.revoke_key(PROJECT_ID, key.id, 30)).revoked_at_ms == 20  # once
 
 
 async def test_a_second_user_with_the_same_email_in_any_case_is_refused(
