@@ -561,6 +561,16 @@ def test_a_map_the_process_cannot_reserve_is_a_clear_error(tmp_path: os.PathLike
         LmdbStore(os.path.join(str(tmp_path), "huge"), map_size=1 << 60)
 
 
+
+@pytest.mark.parametrize(("size", "said"), [
+    (1 << 30, "1 GiB"), ((1 << 30) - (1 << 20), "1,023 MiB"), (3 << 29, "1.5 GiB"),
+    (1 << 40, "1 TiB"), (256 << 30, "256 GiB"), (1 << 20, "1 MiB"), (1000, "1,000 B"),
+])
+def test_a_map_size_is_said_in_its_largest_whole_unit(size: int, said: str) -> None:
+    from storage.lmdb_store import _size_text
+
+    assert _size_text(size) == said
+
 def test_the_default_map_is_address_space_not_disk(tmp_path: os.PathLike[str]) -> None:
     """256 GiB by default (the scale run's 10 million clicks took 9.9 GiB):
     reserved, not written; the file is as small as the store."""

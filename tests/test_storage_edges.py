@@ -190,6 +190,14 @@ def test_a_new_data_dir_opened_without_upgrading_is_made_at_this_schema(
         assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
     finally:
         s.close()
+    s = LmdbStore(path, map_size=16 << 20, upgrade=False)  # this schema: no upgrade needed
+    try:
+        assert s.meta("schema_version") == str(SCHEMA_VERSION).encode()
+        # migrate itself (the open refuses an older dir before it): nothing to do
+        dbs = {name: s.db(name) for name in layout.DATABASES}
+        assert migrate(s.env, dbs, upgrade=False) == SCHEMA_VERSION
+    finally:
+        s.close()
 
 
 def test_migrate_without_upgrading_refuses_an_older_data_dir_unchanged(tmp_path: Path) -> None:
