@@ -671,6 +671,21 @@ async def test_backup_is_a_consistent_copy(store: LmdbStore, tmp_path: os.PathLi
         await store.backup(dest)
 
 
+
+async def test_a_backup_leaves_out_the_pages_the_store_freed(
+        store: LmdbStore, tmp_path: os.PathLike[str]) -> None:
+    """A compacted copy: a store that held a megabyte and deleted it backs
+    up without that megabyte's pages."""
+    db = store.db(b"meta")
+    await store.write(lambda txn: [txn.put(b"big%04d" % i, b"v" * 2000, db=db)
+                                   for i in range(500)])
+    await store.write(lambda txn: [txn.delete(b"big%04d" % i, db=db) for i in range(500)])
+    used = store.stats()["used_bytes"]
+    assert used > 1 << 20
+    dest = os.path.join(str(tmp_path), "compact")
+    await store.backup(dest)
+    assert os.path.getsize(os.path.join(dest, "data.mdb")) < used // 4
+
 def test_schema_version_recorded_and_newer_refused(tmp_path: os.PathLike[str]) -> None:
     path = os.path.join(str(tmp_path), "schema")
     s = LmdbStore(path, map_size=8 << 20)
