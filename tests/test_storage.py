@@ -463,6 +463,13 @@ async def test_deadlines_read_after_one_in_deadline_order(store: LmdbStore) -> N
     assert store.deadline_kinds() == {"webhook_attempt", "webhook", "z", "a"}
     assert store.deadline_kinds({"a", "webhook", "nope"}) == {"a", "webhook"}
     assert store.deadline_kinds({"nope"}) == set()
+    # each kind's earliest, read from the keys alone (the housekeeper's start)
+    assert store.first_deadlines({"webhook_attempt", "a"}) == {
+        "webhook_attempt": Deadline(100, "webhook_attempt", "a"), "a": Deadline(101, "a", "")}
+    assert store.first_deadlines() == {
+        "z": Deadline(99, "z", "z"), "webhook": Deadline(100, "webhook", "z"),
+        "webhook_attempt": Deadline(100, "webhook_attempt", "a"), "a": Deadline(101, "a", "")}
+    assert store.persisted_deadlines([ds[0], Deadline(100, "webhook", "gone")]) == {ds[0]}
 
 
 async def test_asking_for_some_kinds_stops_once_they_are_found(store: LmdbStore) -> None:
