@@ -306,7 +306,6 @@ def test_sweep_reads_every_project_and_mode(store: LmdbStore) -> None:
         txn.abort()
 
 
-
 def test_sweep_deletes_taps_dated_further_ahead_than_a_clock_step_back_allows(
         store: LmdbStore) -> None:
     """A tap more than ``AHEAD_MS`` after the slice's clock (``latest_ms``,
@@ -677,6 +676,7 @@ def test_a_cohort_counts_its_taps_to_the_bound_and_says_when_there_are_more(
             more=n > COHORT_TAPS_COUNTED, click_ids=(click_id(3000 + n - 1),))
     finally:
         txn.abort()
+
 
 @pytest.mark.parametrize(("a", "b"), [
     (None, b""), (b"", b"\x00"), (b"ab", b"abc"), (b"x" * 255, b"x" * 256),

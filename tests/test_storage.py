@@ -49,7 +49,6 @@ async def test_writes_queued_together_commit_in_one_batch(store: LmdbStore) -> N
     assert store.meta("k49") == b"v"
 
 
-
 async def test_a_batch_takes_at_most_max_batch_ops(store: LmdbStore) -> None:
     """Ops queued beyond ``max_batch`` wait for the next batch."""
     writer = Writer(store.env, max_batch=3, inline=True)
@@ -120,14 +119,17 @@ async def test_wants_webhooks_only_for_an_endpoint_of_that_project_and_mode(
     """Endpoints are keyed project | mode | ...: an endpoint of a scope after
     this one (another project, the other mode) is not this one's."""
     first, second = str(uuid.UUID(int=1)), str(uuid.UUID(int=2))
-    with store.env.begin(write=True) as txn:
+    txn = store.env.begin(write=True)
+    try:
         txn.put(layout.scope(second, "test") + layout.uid(str(uuid.UUID(int=9))), b"",
                 db=store.db(b"endpoints"))
         assert not store.wants_webhooks(txn, first, "test")
         assert not store.wants_webhooks(txn, first, "live")
         assert not store.wants_webhooks(txn, second, "live")
         assert store.wants_webhooks(txn, second, "test")
+    finally:
         txn.abort()  # nothing kept
+
 
 async def test_a_failing_op_does_not_spoil_its_batch(store: LmdbStore) -> None:
     db = store.db(b"meta")
@@ -418,6 +420,7 @@ async def test_migration_to_schema_11_keeps_each_install_in_its_time_row(
             key = scope + layout.uid(installs[1].install_id)
             with s.read() as txn:
                 before = txn.get(key, db=s.db(b"installs"))
+
             def upgrade(txn: Any) -> None:
                 row = install_rows.get(txn, s.db(b"installs"), s.db(b"installs_by_time"), key)
                 assert row is not None
@@ -568,7 +571,6 @@ def test_a_map_the_process_cannot_reserve_is_a_clear_error(tmp_path: os.PathLike
         LmdbStore(os.path.join(str(tmp_path), "huge"), map_size=1 << 60)
 
 
-
 @pytest.mark.parametrize(("size", "said"), [
     (1 << 30, "1 GiB"), ((1 << 30) - (1 << 20), "1,023 MiB"), (3 << 29, "1.5 GiB"),
     (1 << 40, "1 TiB"), (256 << 30, "256 GiB"), (1 << 20, "1 MiB"), (1000, "1,000 B"),
@@ -577,6 +579,7 @@ def test_a_map_size_is_said_in_its_largest_whole_unit(size: int, said: str) -> N
     from storage.lmdb_store import _size_text
 
     assert _size_text(size) == said
+
 
 def test_the_default_map_is_address_space_not_disk(tmp_path: os.PathLike[str]) -> None:
     """256 GiB by default (the scale run's 10 million clicks took 9.9 GiB):
@@ -678,7 +681,6 @@ async def test_backup_is_a_consistent_copy(store: LmdbStore, tmp_path: os.PathLi
         await store.backup(dest)
 
 
-
 async def test_a_backup_leaves_out_the_pages_the_store_freed(
         store: LmdbStore, tmp_path: os.PathLike[str]) -> None:
     """A compacted copy: a store that held a megabyte and deleted it backs
@@ -692,6 +694,7 @@ async def test_a_backup_leaves_out_the_pages_the_store_freed(
     dest = os.path.join(str(tmp_path), "compact")
     await store.backup(dest)
     assert os.path.getsize(os.path.join(dest, "data.mdb")) < used // 4
+
 
 def test_schema_version_recorded_and_newer_refused(tmp_path: os.PathLike[str]) -> None:
     path = os.path.join(str(tmp_path), "schema")

@@ -109,6 +109,7 @@ def test_a_data_dir_that_exists_as_a_dir_is_never_said_not_to_be_one(tmp_path: P
                     "the user that owns it, or give that user access (chown -R; the files "
                     "should be 0600, the dir 0700)")
 
+
 def test_a_data_dir_that_is_a_file_is_refused_in_one_line(tmp_path: Path) -> None:
     afile = tmp_path / "afile"
     afile.write_text("x")
@@ -440,7 +441,6 @@ async def test_live_events_show_only_events_received_since_the_poll(store: LmdbS
                               since_ms=NOW)
     assert [c.id for c in both] == [shown["id"], late["id"]]
     assert all(c.install_id == INSTALL for c in both)
-
 
 
 async def test_live_events_reach_back_late_event_ms_for_an_event_and_no_further(
