@@ -17,7 +17,7 @@ import trustme
 
 from actors.clock import TrioWallClock
 from storage.lmdb_store import LmdbStore
-from storage.webhooks_store import ATTEMPT_DEADLINE
+from storage.webhooks_store import ATTEMPT_DEADLINE, WebhookStore
 from svc_engine.config import Config
 from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.plans import Plan
@@ -241,6 +241,58 @@ async def test_the_rule_turns_the_endpoint_off_when_it_holds_not_at_the_next_eve
     assert not app.services.store.deadline_kinds({"webhook_off_check"})
 
 
+async def test_the_streak_s_check_gives_up_the_ready_queue_at_its_moment(
+        world: World,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """Events just before the turn-off moment: eight attempts in flight (the
+    receiver takes five seconds to answer 500), four waiting in the ready
+    queue. When the rule holds, mid-attempt, the endpoint is Off and its
+    ready queue is forgotten then, not when the attempts in flight report;
+    the four are never sent."""
+    app, receiver, clock = world
+    ep, t0 = await failing_endpoint(world, clicks=3)  # 21 failures by 20h36m
+
+    async def slow_500(req: Received, n: int) -> Reply:
+        await trio.sleep(5)
+        return 500, [], b""
+
+    await until(clock, t0 + DAY - 2_000)
+    receiver.respond = slow_500
+    late = [await emit(app, "click") for _ in range(12)]
+    await until(clock, t0 + DAY - 1_000)
+    assert app.services.webhooks is not None
+    stats = app.services.webhooks.statistics()
+    assert (stats.in_flight, stats.ready) == (8, 4)
+    await until(clock, t0 + DAY + 1_000)
+    assert _endpoint(app, ep["id"]).health.off_at_ms == t0 + DAY + 1
+    stats = app.services.webhooks.statistics()
+    assert (stats.in_flight, stats.ready) == (8, 0)
+    await until(clock, t0 + 2 * DAY)
+    assert len(receiver.hits) == 21 + 8
+    waiting = [e for e in late if _one(app, e.id).status is DeliveryStatus.QUEUED]
+    assert len(waiting) == 4 and all(not _one(app, e.id).attempts for e in waiting)
+
+
+async def test_a_deleted_endpoint_s_retry_deadline_fires_harmlessly(
+        world: World,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """Deleting an endpoint removes its deliveries and their deadlines from
+    the store; the timer may still hold one. When it fires, it finds no
+    delivery and does nothing: the actor does not fail on it."""
+    app, receiver, clock = world
+    ep, t0 = await failing_endpoint(world, clicks=1)  # fails at t0, next try at 1 min
+    await until(clock, t0 + 10_000)
+    assert app.services.store.deadline_kinds({ATTEMPT_DEADLINE})
+    async with app.client("sk_test") as c:
+        assert (await c.delete(f"{EP}/{ep['id']}")).status_code == 200
+    assert not app.services.store.deadline_kinds({ATTEMPT_DEADLINE})
+    await until(clock, t0 + 10 * MIN)
+    assert app.services.webhooks is not None
+    mailbox = app.services.webhooks.mailbox.statistics()
+    assert mailbox.failed == 0 and mailbox.handled > 0
+    assert len(receiver.hits) == 1
+
+
 async def test_a_success_before_the_streak_s_moment_keeps_the_endpoint_on(
         world: World,
         autojump_clock: trio.testing.MockClock) -> None:
@@ -455,6 +507,9 @@ async def test_an_event_after_the_rule_held_is_not_queued_before_its_check_runs(
     assert (health.state.value, health.off_reason, health.off_at_ms) == (
         "Off", "automatic", t0 + DAY + 1)
     assert len(receiver.hits) == 21
+    # written, not only held in memory: a third start finds it Off
+    [stored] = WebhookStore(store).all_endpoints()
+    assert (stored.health.state.value, stored.health.off_at_ms) == ("Off", t0 + DAY + 1)
 
 
 async def test_a_manual_attempt_answered_before_a_restart_is_sent_after_it(
