@@ -66,8 +66,6 @@ async def world(store: LmdbStore, wconfig: Config, ca: tuple[trustme.CA, str]
         yield w
 
 
-
-
 async def _settle() -> None:
     await trio.testing.wait_all_tasks_blocked()
 
