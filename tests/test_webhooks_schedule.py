@@ -123,6 +123,10 @@ async def test_retry_after_does_not_move_the_schedule(
     await until(clock, t0 + HOUR)
     assert [t - t0 for t in receiver.times()] == SCHEDULE[:4]
     assert _one(app, event.id).status is DeliveryStatus.DELIVERED
+    assert app.services.webhooks is not None
+    stats = app.services.webhooks.statistics()  # what /metrics counts
+    assert (stats.events_dispatched, stats.deliveries_created) == (1, 1)
+    assert (stats.attempts, stats.failed_attempts, stats.delivered) == (4, 3, 1)
 
 
 async def test_automatic_off_needs_at_least_20_failures(
