@@ -15,6 +15,7 @@ accepts connections and never answers: each attempt ends at its 10 s limit.
 from __future__ import annotations
 
 import random
+import sys
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -356,6 +357,50 @@ async def test_once_it_answers_every_delivery_goes_once_oldest_first(
     firsts = [created[i] for i in receiver.first_attempts()]
     assert len(firsts) == count + 1_000
     assert _in_order_but_for(firsts, PER_ENDPOINT)
+
+
+async def test_a_second_backlog_after_the_first_drained_is_read_back_too(
+        store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock,
+        peak: dict[str, int]) -> None:
+    """The read-back that reached the end of the endpoint's store ended its
+    turn: when the endpoint hangs again and overflows again, its new
+    backlog is read back as the queue runs down, not left in the store."""
+    b = backlog
+    actor, receiver, clock, project_id = b.actor, b.receiver, b.clock, b.project_id
+    receiver.hung = False
+    await _all_delivered(actor, receiver, project_id, b.count)
+    assert actor.statistics().endpoints_overflowed == 0
+    receiver.hung = True
+    again = await _hung_backlog(store, actor, clock, project_id, seconds=15)
+    assert again > READY_PER_ENDPOINT and actor.statistics().endpoints_overflowed == 1
+    receiver.hung = False
+    await _all_delivered(actor, receiver, project_id, b.count + again)
+    assert peak[b.endpoint_id] <= READY_PER_ENDPOINT
+    assert actor.statistics().endpoints_overflowed == 0
+
+
+async def test_a_read_back_whose_held_writes_fail_is_asked_for_again(
+        store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-back first commits the actor's held writes; when the store
+    refuses them, that read-back ends there, and the next one is asked for
+    as the queue runs down: the backlog is not left in the store."""
+    b = backlog
+    actor = b.actor
+    settle = actor._writes.settle
+    refused: list[str] = []
+
+    async def refused_for_the_first_read_back() -> None:
+        caller = sys._getframe(1).f_code.co_name
+        if caller == "_refill" and not refused:
+            refused.append(caller)
+            raise StorageUnavailable("storage error: no space left on device (test)")
+        await settle()
+
+    monkeypatch.setattr(actor._writes, "settle", refused_for_the_first_read_back)
+    b.receiver.hung = False
+    await _all_delivered(actor, b.receiver, b.project_id, b.count)
+    assert refused == ["_refill"] and actor.statistics().endpoints_overflowed == 0
 
 
 async def test_a_restart_with_a_backlog_in_the_store_delivers_it_all(
