@@ -19,6 +19,7 @@ from actors.clock import TrioWallClock
 from storage.lmdb_store import LmdbStore
 from storage.webhooks_store import ATTEMPT_DEADLINE, WebhookStore
 from svc_engine.config import Config
+from svc_engine.keys import Mode
 from svc_engine.outbox import EventType, OutboxEvent
 from svc_engine.plans import Plan
 from svc_engine.webhook_delivery import Delivery, DeliveryStatus
@@ -512,6 +513,49 @@ async def test_an_event_after_the_rule_held_is_not_queued_before_its_check_runs(
     # written, not only held in memory: a third start finds it Off
     [stored] = WebhookStore(store).all_endpoints()
     assert (stored.health.state.value, stored.health.off_at_ms) == ("Off", t0 + DAY + 1)
+
+
+async def test_nothing_starts_once_the_rule_held_though_its_check_has_not_run(
+        store: LmdbStore, wconfig: Config, ca: tuple[trustme.CA, str],
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The streak met the rule while the service was down, its check not run
+    yet: at the restart neither a retry come due nor a Retry answered before
+    the stop is sent. The endpoint is Off as of the rule's moment, the retry
+    waits (Retrying), and the Retry is settled Failed, not left Sending."""
+    from svc_engine import webhook_delivery as wd
+
+    clock = TrioWallClock()
+    async with running_receiver(ca[0], clock) as receiver:
+        async with running_app(store, wconfig, clock) as app:
+            ep, t0 = await failing_endpoint((app, receiver, clock), clicks=3)
+            await until(clock, t0 + 10 * HOUR)
+            waiting = await emit(app, "click")  # its retries go on to 30h36m
+            await until(clock, t0 + 21 * HOUR)  # 21 + 6 failures, the first 21 h old
+            assert _endpoint(app, ep["id"]).health.state.value == "Failing"
+            tables = app.services.webhooks.tables  # type: ignore[union-attr]
+            [manual, *_] = tables.recent(app.project_id, Mode.TEST,
+                                         status=DeliveryStatus.FAILED)
+            # what the API writes and answers before the attempt starts; then a stop
+            await store.write(lambda txn: tables.save_delivery(txn, manual, wd.retry(manual)))
+            keys: dict[str, Any] = app.keys
+        hits = len(receiver.hits)
+        assert hits == 27
+        for d in store.load_deadlines():
+            if d.kind == "webhook_off_check":
+                await store.remove_deadline(d)
+        await until(clock, t0 + 31 * HOUR)  # the retry due at 30h36m
+        async with running_app(store, wconfig, clock) as again:
+            again.keys = keys
+            await until(clock, clock.now_ms() + HOUR)
+            health = _endpoint(again, ep["id"]).health
+            retried = again.services.webhooks.tables.delivery(  # type: ignore[union-attr]
+                manual.id)
+            left = _one(again, waiting.id)
+    assert len(receiver.hits) == hits
+    assert (health.state.value, health.off_at_ms) == ("Off", t0 + DAY + 1)
+    assert retried is not None and retried.status is DeliveryStatus.FAILED
+    assert retried.attempts == manual.attempts
+    assert left.status is DeliveryStatus.RETRYING and len(left.attempts) == 6
 
 
 async def test_a_manual_attempt_answered_before_a_restart_is_sent_after_it(
