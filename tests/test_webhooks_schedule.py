@@ -128,6 +128,7 @@ async def test_retry_after_does_not_move_the_schedule(
     stats = app.services.webhooks.statistics()  # what /metrics counts
     assert (stats.events_dispatched, stats.deliveries_created) == (1, 1)
     assert (stats.attempts, stats.failed_attempts, stats.delivered) == (4, 3, 1)
+    assert stats.report_calls == 4  # the attempts were minutes apart: a call each
 
 
 async def test_automatic_off_needs_at_least_20_failures(
