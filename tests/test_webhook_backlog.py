@@ -700,6 +700,27 @@ async def test_a_manual_send_to_a_full_endpoint_goes_first(
     assert attempt_deadline(d) is None
 
 
+async def test_a_resend_waiting_when_its_endpoint_is_turned_off_is_dropped(
+        backlog: Backlog, autojump_clock: trio.testing.MockClock) -> None:
+    """A Resend answers Sending and waits behind the hung endpoint's attempt
+    in flight; turning the endpoint off then drops it as a restart would
+    (nothing may be sent there): it is settled back to Delivered, as its
+    last attempt says, not left Sending."""
+    b = backlog
+    actor, receiver, project_id, endpoint_id = b.actor, b.receiver, b.project_id, b.endpoint_id
+    view = await webhook_admin.send_test(actor, project_id, Mode.TEST, endpoint_id, None)
+    await trio.sleep(LIMIT_S)  # the attempt in flight times out: the test goes
+    assert receiver.delivered == Counter({view.delivery.id: 1})
+    again = await webhook_admin.send_again(actor, project_id, Mode.TEST, view.delivery.id,
+                                           "resend", None)
+    assert again.delivery.status is DeliveryStatus.SENDING
+    await _switch(actor, project_id, endpoint_id, on=False)
+    [d] = [d for d in await _stored(actor, project_id) if d.id == view.delivery.id]
+    assert d.status is DeliveryStatus.DELIVERED and len(d.attempts) == 1
+    await trio.sleep(3600)
+    assert receiver.delivered == Counter({view.delivery.id: 1})
+
+
 async def test_manual_attempts_waiting_for_a_hung_endpoint_are_bounded(
         backlog: Backlog, autojump_clock: trio.testing.MockClock) -> None:
     """Send test goes first and past the queue's cap, but only so many may
