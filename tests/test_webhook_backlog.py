@@ -14,6 +14,7 @@ accepts connections and never answers: each attempt ends at its 10 s limit.
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 import uuid
@@ -403,6 +404,37 @@ async def test_a_read_back_whose_held_writes_fail_is_asked_for_again(
     assert refused == ["_refill"] and actor.statistics().endpoints_overflowed == 0
 
 
+async def test_a_read_back_that_finds_its_endpoint_off_ends_its_turn(
+        store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The endpoint is turned off while its read-back waits in the mailbox
+    (the turn off was asked first): the read-back finds nothing to read and
+    ends its turn, so once the endpoint is on again, and has overflowed
+    again, its backlog is read back as its queue runs down."""
+    b = backlog
+    actor, endpoint_id = b.actor, b.endpoint_id
+    refill = actor._refill
+    raced: list[str] = []
+
+    async def after_a_turn_off(asked_for: str) -> None:
+        if raced:
+            await refill(asked_for)
+            return
+        raced.append(asked_for)
+        nursery.start_soon(_switch, actor, b.project_id, endpoint_id)  # asks the mailbox
+        await trio.testing.wait_all_tasks_blocked()  # ... and waits there
+        actor.mailbox.call_nowait(functools.partial(refill, asked_for))  # behind it
+
+    monkeypatch.setattr(actor, "_refill", after_a_turn_off)
+    async with trio.open_nursery() as nursery:
+        b.receiver.hung = False  # the queue runs down: a read-back is asked for
+        await trio.sleep(60)
+    assert raced == [endpoint_id] and actor.endpoint(endpoint_id).is_off  # type: ignore[union-attr]
+    await _switch(actor, b.project_id, endpoint_id, on=True)
+    assert actor.statistics().endpoints_overflowed == 1
+    await _all_delivered(actor, b.receiver, b.project_id, b.count)
+
+
 async def test_a_restart_with_a_backlog_in_the_store_delivers_it_all(
         store: LmdbStore, autojump_clock: trio.testing.MockClock,
         peak: dict[str, int]) -> None:
@@ -549,7 +581,7 @@ async def test_off_then_on_delivers_the_backlog(
 
 
 async def _switch(actor: WebhookActor, project_id: str, endpoint_id: str, *,
-                  on: bool) -> Endpoint:
+                  on: bool = False) -> Endpoint:
     return await webhook_admin.set_enabled(actor, project_id, Mode.TEST, endpoint_id, on, None)
 
 
