@@ -871,6 +871,25 @@ async def test_a_plan_lapse_keeps_the_backlog_in_the_store(
     assert peak[b.endpoint_id] <= READY_PER_ENDPOINT
 
 
+async def test_an_endpoint_deleted_while_its_deliveries_are_parked_is_forgotten(
+        store: LmdbStore, backlog: Backlog, autojump_clock: trio.testing.MockClock) -> None:
+    """Deliveries parked for the plan whose endpoint is then deleted (with
+    its history): when the plan returns there is nothing left to resume,
+    and the tick that finds so does not fail."""
+    b = backlog
+    project = store.get_project(b.project_id)
+    assert project is not None
+    await store.set_plan(project.org_id, Plan.STARTER)
+    await trio.sleep(3600)
+    assert b.actor.statistics().parked_by_plan > 0
+    await webhook_admin.delete_endpoint(b.actor, b.project_id, Mode.TEST, b.endpoint_id, None)
+    await store.set_plan(project.org_id, Plan.GROWTH)
+    await b.actor.tick()
+    assert b.actor.statistics().parked_by_plan == 0
+    assert b.actor.mailbox.statistics().failed == 0
+    assert await _stored(b.actor, b.project_id) == []
+
+
 async def test_a_wall_clock_stepped_back_strands_no_delivery(
         store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
     """A refused delivery has no deadline left: after the clock steps back,
