@@ -449,6 +449,33 @@ async def test_a_restart_with_a_backlog_in_the_store_delivers_it_all(
         assert peak[endpoint_id] <= READY_PER_ENDPOINT
 
 
+async def test_a_resend_answered_before_a_restart_goes_first_after_it(
+        store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
+    """A Resend answered Sending, waiting behind the hung endpoint's attempt
+    when the service stopped, goes first after the restart: ahead of the
+    backlog the restart queues, as it was before the stop."""
+    async with hung_backlog(store) as b:
+        actor, receiver, clock = b.actor, b.receiver, b.clock
+        view = await webhook_admin.send_test(actor, b.project_id, Mode.TEST, b.endpoint_id,
+                                             None)
+        await trio.sleep(LIMIT_S)  # the attempt in flight times out: the test goes
+        assert receiver.delivered == Counter({view.delivery.id: 1})
+        again = await webhook_admin.send_again(actor, b.project_id, Mode.TEST,
+                                               view.delivery.id, "resend", None)
+        assert again.delivery.status is DeliveryStatus.SENDING
+    before = len(receiver.attempts)
+    receiver.hung = False
+    async with running(store, clock, receiver) as restarted:
+        await trio.testing.wait_all_tasks_blocked()
+        # the first round of attempts starts it (in the order the senders take them)
+        first_round = [job.delivery_id for job in receiver.attempts[before:]][:PER_ENDPOINT]
+        assert view.delivery.id in first_round
+        assert receiver.delivered[view.delivery.id] == 2
+        [d] = [d for d in await _stored(restarted, b.project_id) if d.id == view.delivery.id]
+    assert d.status is DeliveryStatus.DELIVERED
+    assert [a.trigger for a in d.attempts] == ["scheduled", "manual"]  # a test, then the Resend
+
+
 @attrs.define
 class DeadlineWork:
     """Attempt deadlines written, removed and fired (``deadline_work``)."""
