@@ -16,6 +16,7 @@ import trio.testing
 import trustme
 
 from actors.clock import TrioWallClock
+from actors.event_bodies import ENTRY_BYTES
 from storage.lmdb_store import LmdbStore
 from storage.webhooks_store import ATTEMPT_DEADLINE, WebhookStore
 from svc_engine.config import Config
@@ -129,6 +130,8 @@ async def test_retry_after_does_not_move_the_schedule(
     assert (stats.events_dispatched, stats.deliveries_created) == (1, 1)
     assert (stats.attempts, stats.failed_attempts, stats.delivered) == (4, 3, 1)
     assert stats.report_calls == 4  # the attempts were minutes apart: a call each
+    # the body sent was kept in memory from the dispatch (no store read an attempt)
+    assert stats.body_cache_bytes == len(receiver.hits[0].request.body) + ENTRY_BYTES
 
 
 async def test_automatic_off_needs_at_least_20_failures(
