@@ -211,6 +211,8 @@ NOT_PREFETCHES: list[tuple[tuple[tuple[str, str], ...], tuple[str, str]]] = [
     ((("sec-purpose", '"prefetch"'),), ("sec-purpose", "prefetch")),  # a string, no token
     ((("sec-purpose", 'other;why="x,prefetch"'),),                    # in a parameter's string
      ("sec-purpose", 'other;why="x,y", prefetch')),
+    ((("sec-purpose", 'other;why="x, prefetch, y"'),),                # an item of its own there
+     ("sec-purpose", 'other;why="x, y", prefetch')),
     ((("sec-purpose", 'other;why="x\\",prefetch"'),),                 # an escaped quote in it
      ("sec-purpose", 'other;why="x\\"", prefetch')),
     ((("sec-purpose", "other;prefetch"),), ("sec-purpose", "other, prefetch")),  # a parameter

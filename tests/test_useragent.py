@@ -221,6 +221,21 @@ def test_a_made_up_version_too_long_for_int_is_no_version(ua: str, os_major: int
     assert client.os_major == os_major and not client.is_bot
 
 
+_IOS = ("Mozilla/5.0 (iPhone; CPU iPhone OS {os} like Mac OS X) AppleWebKit/605.1.15"
+        " (KHTML, like Gecko){safari} Mobile/15E148{tail}")
+
+
+@pytest.mark.parametrize(("ua", "os_major"), [
+    (_IOS.format(os="1234_0", safari="", tail=""), 1234),  # four digits: a version
+    (_IOS.format(os="12345_0", safari="", tail=""), None),  # five: none
+    # Safari's Version/ in digits other than ASCII (``\d`` matches them) is no version
+    (_IOS.format(os="18_6", safari=" Version/\u0662\u0666.0", tail=" Safari/604.1"), 18),
+    (_IOS.format(os="18_6", safari=" Version/26.0", tail=" Safari/604.1"), 26),
+])
+def test_a_version_is_at_most_four_ascii_digits(ua: str, os_major: int | None) -> None:
+    assert classified(ua).os_major == os_major
+
+
 @pytest.mark.parametrize("ua", [None, "", "   "])
 def test_missing_user_agent_is_an_uncounted_desktop(ua: str | None) -> None:
     assert classify(ua) == Client(Platform.DESKTOP, None, is_bot=True)
