@@ -42,6 +42,9 @@ def test_the_head_ends_at_the_first_blank_line() -> None:
     assert head_end(b"GET / HTTP/1.1\nhost: a\n\nrest") == len(b"GET / HTTP/1.1\nhost: a\n\n")
     assert head_end(b"\r\nGET / HTTP/1.1\r\n") == 0  # h11 refuses a leading blank line
     assert head_end(b"\x16\x03\x01") == 0  # TLS spoken to the plain port
+    assert head_end(b" GET / HTTP/1.1\r\n") == 0  # a blank first
+    # the first visible byte may start a method (a token): h11 is waited for
+    assert head_end(b"!GET / HTTP/1.1\r\nhost: a\r\n") == -1
 
 
 @pytest.mark.parametrize("raw", [
