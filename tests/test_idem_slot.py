@@ -3,9 +3,18 @@ rendering the writer stored for its replays, made once."""
 
 from __future__ import annotations
 
-import attrs
+from types import SimpleNamespace
+from typing import cast
 
-from web.idem import IdemSlot, Render, json_render
+import attrs
+import trio
+import trio.testing
+
+from actors.clock import TrioWallClock
+from storage.lmdb_store import LmdbStore
+from web.http import Request, Response
+from web.idem import IdempotencyGuard, IdemSlot, Render, json_render
+from web.services import Services
 
 
 @attrs.frozen
@@ -63,3 +72,52 @@ def test_another_value_or_no_key_is_rendered_for_the_answer() -> None:
     assert keyless.write(render) is None
     assert keyless.respond(Result(3), render).body == b'{"n":3}'
     assert len(calls) == 3
+
+
+def _post(key: str) -> Request:
+    scope = {"method": "POST", "path": "/v1/links", "query_string": b"",
+             "headers": [(b"host", b"svc.test"), (b"idempotency-key", key.encode())]}
+
+    async def receive() -> dict[str, object]:
+        raise AssertionError("the guard reads no body")
+
+    return Request(scope, receive)
+
+
+async def test_writes_under_one_key_take_turns_and_leave_no_lock_behind(
+        store: LmdbStore) -> None:
+    """A retry arriving while the first attempt runs waits for it (here the
+    handler stores nothing, so each runs in turn): never two at once under
+    one key, while another key runs beside them; the guard's table of locks
+    is empty once they are done (a lock left per key would grow without end)."""
+    guard = IdempotencyGuard(cast(Services, SimpleNamespace(store=store,
+                                                            clock=TrioWallClock())))
+    running: list[str] = []
+    overlaps: list[list[str]] = []
+    release = trio.Event()
+
+    async def handler(key: str) -> Response:
+        running.append(key)
+        overlaps.append(list(running))
+        await release.wait()
+        await trio.sleep(0)
+        running.remove(key)
+        return Response(201, b"{}", [])
+
+    async def write(key: str, answers: list[int]) -> None:
+        response = await guard.run(_post(key), "p:test", b"{}",
+                                   lambda slot: handler(slot.key or ""))
+        answers.append(response.status)
+
+    answers: list[int] = []
+    async with trio.open_nursery() as nursery:
+        for key in ("k1", "k1", "k1", "k2"):
+            nursery.start_soon(write, key, answers)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sorted(guard._locks) == [("p:test", "k1"), ("p:test", "k2")]
+        assert guard._locks[("p:test", "k1")][1] == 3  # one running, two waiting
+        release.set()
+    assert answers == [201] * 4
+    assert all(o.count("k1") <= 1 for o in overlaps) and len(overlaps) == 4
+    assert any(o == ["k1", "k2"] or o == ["k2", "k1"] for o in overlaps)  # other keys run beside
+    assert guard._locks == {}
