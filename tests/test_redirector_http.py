@@ -383,6 +383,25 @@ async def test_a_page_shows_an_og_image_only_over_https(app: App) -> None:
     assert '<img src="http://' not in preview
 
 
+async def test_a_link_s_own_text_is_escaped_on_every_page_it_shows_on(app: App) -> None:
+    """A link's title and description are whoever made it's text (a
+    publishable key ships in every copy of the app): the preview page a
+    crawler gets and the landing page a person gets show it escaped, never
+    as markup, as the service renders them (not only the templates alone)."""
+    hostile = '<script>alert("x")</script><img src=x onerror=alert(1)> & "q"'
+    await configure(app, landing=True)
+    link = await make_link(app, title=hostile, ogTitle=hostile, ogDescription=hostile)
+    pages = []
+    for agent in (UA["bot"], UA["ios"]):
+        async with app.client(**{"user-agent": agent}) as c:
+            r = await c.get(f"/{link['slug']}")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        pages.append(r.text)
+    for html in pages:
+        assert "<script" not in html and "<img src=x" not in html
+        assert "&lt;script&gt;alert(" in html
+
+
 async def test_a_host_no_project_claimed_serves_the_default_domain_s_links(app: App) -> None:
     """A proxy forwarding its own Host, or a tap on the server's address: a
     Host that is neither the public URL's nor a custom domain is read as the
