@@ -7,15 +7,20 @@ within a request."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
+import pytest
 import trio.testing
 
 from actors.clock import TrioWallClock
 from svc_engine.analytics import DAY_MS, day_start_ms
+from svc_engine.clicks import Click
+from svc_engine.keys import Mode
 from tests.conftest import App
 from tests.deferred_helpers import ANDROID_UA, PLATFORMS, SDK, init_body, new_install
+from web.export import OffLoopBody, click_row
 
 DAY = "2026-09-22"
 FROM = day_start_ms(DAY)
@@ -67,3 +72,39 @@ async def test_an_export_holds_its_days_to_the_millisecond_and_its_mode_only(
             else:
                 got = [row["linkId"] for row in rows]
                 assert got == [r["link"] for r in inside], (mode, kind)
+
+
+@pytest.mark.parametrize(("os_major", "exported"), [
+    (None, None), (0, 0), (17, 17), (9_999, 9_999), (10_000, None), (-1, None)])
+def test_an_exported_click_s_os_version_is_at_most_four_digits(
+        os_major: int | None, exported: int | None) -> None:
+    """A version past four digits is made up (stored before taps were
+    bounded): exported as no version, as the redirector now reads it."""
+    click = Click(id="c1", link_id="l1", project_id="p1", mode=Mode.LIVE, platform="ios",
+                  os_major=os_major, country=None, referrer_host=None, at_ms=0)
+    assert click_row(click)["osMajor"] == exported
+
+
+async def test_an_export_body_closed_early_closes_its_pages_and_releases_once() -> None:
+    """A download abandoned after its first chunk (the client went away):
+    closing the body closes the page generator (its read transaction ends)
+    and frees the project's export slot, once however often it is closed."""
+    closed: list[str] = []
+    released: list[str] = []
+
+    def pages() -> Iterator[bytes]:
+        try:
+            yield b"first\n"
+            yield b"second\n"
+        finally:
+            closed.append("pages")
+
+    async def inline(read: Callable[[], bytes | None]) -> bytes | None:
+        return read()
+
+    body = OffLoopBody(inline, pages(), lambda: released.append("slot"))
+    assert [await body.__anext__()] == [b"first\n"]
+    body.close()
+    body.close()
+    assert closed == ["pages"] and released == ["slot"]
+    assert [chunk async for chunk in body] == []
