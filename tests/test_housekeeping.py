@@ -141,11 +141,29 @@ async def test_a_failed_run_leaves_the_schedule_as_it_was(
     assert refusals == 1 and len(sweeps) == before
     await trio.sleep(60)  # a minute later it runs
     assert len(sweeps) == before + 1
+    assert sweeps[before] - sweeps[before - 1] == 10 * 60_000 + 60_000  # to the millisecond
     await trio.sleep(3600)
     assert len(sweeps) == before + 7
 
 
 HOUR_MS = 3_600_000
+
+
+async def test_each_job_runs_one_period_after_the_start_then_every_period(
+        app: App, autojump_clock: trio.testing.MockClock) -> None:
+    """The idempotency sweep hourly, the attribution sweep every 10 minutes,
+    the raw events' retention daily (README's housekeeping)."""
+    from web.housekeeping import EVENTS_RETENTION
+
+    periods = {IDEM_SWEEP: HOUR_MS, ATTRIBUTION_SWEEP: 10 * 60_000, EVENTS_RETENTION: DAY_MS}
+    store, clock = app.services.store, app.services.clock
+    start = clock.now_ms()
+    planned = store.first_deadlines(periods)
+    assert {kind: d.due_ms - start for kind, d in planned.items()} == periods
+    await trio.sleep(DAY_MS / 1000 + 1)
+    planned = store.first_deadlines(periods)
+    assert {kind: (d.due_ms - start) % period for kind, d in planned.items()
+            for period in (periods[kind],)} == dict.fromkeys(periods, 0)
 
 
 @pytest.mark.parametrize("tap_before_the_step", [False, True])
