@@ -20,7 +20,7 @@ import pytest
 
 from tests.deferred_helpers import SDK, init_body, new_install
 from tests.server_process import ServerProcess
-from web.http import EXACT_INT_MAX, EXACT_INT_MIN, inexact_integer
+from web.http import EXACT_INT_MAX, EXACT_INT_MIN, inexact_error, inexact_integer
 
 BIG = "123456789012345678901234567890"
 
@@ -209,3 +209,15 @@ def test_any_body_refuses_it(server: ServerProcess) -> None:
     assert answer.status_code == 400
     error = answer.json()["error"]
     assert error["field"] == "k" * 96 + "..." and len(error["message"]) < 300
+
+
+def test_a_refused_integer_and_its_field_are_shown_shortened_past_their_bounds() -> None:
+    """The error quotes the integer whole up to 32 characters (and its
+    first 24 with its length past that), and the field whole up to 100
+    characters (a key is the sender's to make long; its first 96 past that)."""
+    assert "the integer " + "9" * 32 + " cannot" in inexact_error("9" * 32, "a").message
+    longer = inexact_error("9" * 33, "a").message
+    assert "the integer " + "9" * 24 + "... (33 characters) cannot" in longer
+    field = "events[0].properties." + "k" * 79  # 100 characters
+    assert inexact_error("9" * 20, field).field == field
+    assert inexact_error("9" * 20, field + "k").field == field[:96] + "..."
