@@ -387,6 +387,33 @@ async def test_a_chunked_api_body_over_the_limit_is_413(store: LmdbStore,
             await s.client.stream.aclose()
 
 
+def _sized(size: int) -> bytes:
+    """A link's JSON body of exactly ``size`` bytes (blanks after it, which JSON allows)."""
+    body = orjson.dumps({"path": "/p"})
+    return body + b" " * (size - len(body))
+
+
+async def test_a_body_of_exactly_the_limit_is_taken_one_byte_more_is_413(
+        store: LmdbStore, config: Config) -> None:
+    """SVC_MAX_BODY_BYTES is the largest body taken: with its Content-Length
+    declared (refused before it is read) and arrived whole with the head on
+    the service's own server (taken from the head's read)."""
+    small = attrs.evolve(config, max_body_bytes=1000)
+    async with running_app(store, small, TrioWallClock()) as app:
+        async with app.client("sk_test") as c:
+            assert (await c.post("/v1/links", content=_sized(1000))).status_code == 201
+            r = await c.post("/v1/links", content=_sized(1001))
+            assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+        for size, status in ((1000, 201), (1001, 413)):
+            async with front_served(app) as s:
+                await s.send(get("/v1/links", b"content-type: application/json\r\n"
+                                 + _bearer(app) + b"content-length: %d\r\n" % size,
+                                 method=b"POST") + _sized(size))
+                head, body = await s.client.response()
+                assert head.status_code == status, body
+                await s.client.stream.aclose()
+
+
 # -- web/front.py ----------------------------------------------------------------
 
 
