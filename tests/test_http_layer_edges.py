@@ -156,6 +156,19 @@ async def test_a_head_growing_past_the_limit_without_its_end_is_431_at_once(
         await s.client.stream.aclose()
 
 
+@pytest.mark.parametrize(("size", "status"), [(4096, 200), (4097, 431)])
+async def test_a_whole_head_is_measured_as_h11_counts_up_to_the_limit(
+        size: int, status: int) -> None:
+    """A head that arrived whole in one read is held to ``max_header_bytes``
+    by its names and values (as h11 counts): exactly the limit is served."""
+    value = b"a" * (size - len(b"host") - len(b"t") - len(b"x-big"))
+    async with served(_echo_path, max_header_bytes=4096) as s:
+        await s.send(b"GET / HTTP/1.1\r\nhost: t\r\nx-big: " + value + b"\r\n\r\n")
+        head, _ = await s.client.response()
+        assert head.status_code == status
+        await s.client.stream.aclose()
+
+
 @pytest.mark.parametrize("target", [b"example.com/x", b"://x/y"])
 async def test_a_target_neither_origin_nor_absolute_form_is_a_400(target: bytes) -> None:
     seen: list[Message] = []
