@@ -205,7 +205,9 @@ class Connection:
                     return self._cut(head, parts, read_limit, reused, whole=False)
             elif type(event) is h11.Response:
                 head = event
-                wire = 0  # the body's, from here (h11 bounds the head)
+                # the body's, from here (h11 bounds the head): what of it
+                # came in the head's read is read already, not counted yet
+                wire = len(conn.trailing_data[0])
             elif type(event) is h11.EndOfMessage:
                 assert head is not None  # h11 sends EndOfMessage only after a Response
                 self._next_cycle()
