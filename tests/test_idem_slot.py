@@ -100,7 +100,6 @@ async def test_writes_under_one_key_take_turns_and_leave_no_lock_behind(
         running.append(key)
         overlaps.append(list(running))
         await release.wait()
-        await trio.sleep(0)
         running.remove(key)
         return Response(201, b"{}", [])
 

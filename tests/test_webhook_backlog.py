@@ -421,7 +421,8 @@ async def test_a_read_back_that_finds_its_endpoint_off_ends_its_turn(
             await refill(asked_for)
             return
         raced.append(asked_for)
-        nursery.start_soon(_switch, actor, b.project_id, endpoint_id)  # asks the mailbox
+        nursery.start_soon(functools.partial(  # asks the mailbox
+            _switch, actor, b.project_id, endpoint_id, on=False))
         await trio.testing.wait_all_tasks_blocked()  # ... and waits there
         actor.mailbox.call_nowait(functools.partial(refill, asked_for))  # behind it
 
@@ -449,29 +450,36 @@ async def test_a_restart_with_a_backlog_in_the_store_delivers_it_all(
         assert peak[endpoint_id] <= READY_PER_ENDPOINT
 
 
+async def _resend_waiting(b: Backlog) -> str:
+    """A test event sent to the hung endpoint (it answers those at once),
+    then its Resend, answered Sending and waiting behind the hung attempt
+    in flight; the delivery's id."""
+    view = await webhook_admin.send_test(b.actor, b.project_id, Mode.TEST, b.endpoint_id, None)
+    await trio.sleep(LIMIT_S)  # the attempt in flight times out: the test goes
+    assert b.receiver.delivered == Counter({view.delivery.id: 1})
+    again = await webhook_admin.send_again(b.actor, b.project_id, Mode.TEST, view.delivery.id,
+                                           "resend", None)
+    assert again.delivery.status is DeliveryStatus.SENDING
+    return view.delivery.id
+
+
 async def test_a_resend_answered_before_a_restart_goes_first_after_it(
         store: LmdbStore, autojump_clock: trio.testing.MockClock) -> None:
     """A Resend answered Sending, waiting behind the hung endpoint's attempt
     when the service stopped, goes first after the restart: ahead of the
     backlog the restart queues, as it was before the stop."""
     async with hung_backlog(store) as b:
-        actor, receiver, clock = b.actor, b.receiver, b.clock
-        view = await webhook_admin.send_test(actor, b.project_id, Mode.TEST, b.endpoint_id,
-                                             None)
-        await trio.sleep(LIMIT_S)  # the attempt in flight times out: the test goes
-        assert receiver.delivered == Counter({view.delivery.id: 1})
-        again = await webhook_admin.send_again(actor, b.project_id, Mode.TEST,
-                                               view.delivery.id, "resend", None)
-        assert again.delivery.status is DeliveryStatus.SENDING
+        receiver, clock = b.receiver, b.clock
+        resent = await _resend_waiting(b)
     before = len(receiver.attempts)
     receiver.hung = False
     async with running(store, clock, receiver) as restarted:
         await trio.testing.wait_all_tasks_blocked()
         # the first round of attempts starts it (in the order the senders take them)
         first_round = [job.delivery_id for job in receiver.attempts[before:]][:PER_ENDPOINT]
-        assert view.delivery.id in first_round
-        assert receiver.delivered[view.delivery.id] == 2
-        [d] = [d for d in await _stored(restarted, b.project_id) if d.id == view.delivery.id]
+        assert resent in first_round
+        assert receiver.delivered[resent] == 2
+        [d] = [d for d in await _stored(restarted, b.project_id) if d.id == resent]
     assert d.status is DeliveryStatus.DELIVERED
     assert [a.trigger for a in d.attempts] == ["scheduled", "manual"]  # a test, then the Resend
 
@@ -608,7 +616,7 @@ async def test_off_then_on_delivers_the_backlog(
 
 
 async def _switch(actor: WebhookActor, project_id: str, endpoint_id: str, *,
-                  on: bool = False) -> Endpoint:
+                  on: bool) -> Endpoint:
     return await webhook_admin.set_enabled(actor, project_id, Mode.TEST, endpoint_id, on, None)
 
 
@@ -766,18 +774,12 @@ async def test_a_resend_waiting_when_its_endpoint_is_turned_off_is_dropped(
     (nothing may be sent there): it is settled back to Delivered, as its
     last attempt says, not left Sending."""
     b = backlog
-    actor, receiver, project_id, endpoint_id = b.actor, b.receiver, b.project_id, b.endpoint_id
-    view = await webhook_admin.send_test(actor, project_id, Mode.TEST, endpoint_id, None)
-    await trio.sleep(LIMIT_S)  # the attempt in flight times out: the test goes
-    assert receiver.delivered == Counter({view.delivery.id: 1})
-    again = await webhook_admin.send_again(actor, project_id, Mode.TEST, view.delivery.id,
-                                           "resend", None)
-    assert again.delivery.status is DeliveryStatus.SENDING
-    await _switch(actor, project_id, endpoint_id, on=False)
-    [d] = [d for d in await _stored(actor, project_id) if d.id == view.delivery.id]
+    resent = await _resend_waiting(b)
+    await _switch(b.actor, b.project_id, b.endpoint_id, on=False)
+    [d] = [d for d in await _stored(b.actor, b.project_id) if d.id == resent]
     assert d.status is DeliveryStatus.DELIVERED and len(d.attempts) == 1
     await trio.sleep(3600)
-    assert receiver.delivered == Counter({view.delivery.id: 1})
+    assert b.receiver.delivered == Counter({resent: 1})
 
 
 async def test_manual_attempts_waiting_for_a_hung_endpoint_are_bounded(
