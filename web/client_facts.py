@@ -66,7 +66,9 @@ class ClientFacts:
         ip = self.client_ip(req)
         return self._keys.tap_hash(ip) if ip else None
 
-    def of(self, req: Request, *, want_net_hash: bool = False) -> ClickFacts:
+    def of(self, req: Request, *, want_net_hash: bool) -> ClickFacts:
+        """What a tap keeps of its request; its network hash only when the
+        project matches by network (``want_net_hash``), else none is made."""
         client = classify(req.header("user-agent"))
         return ClickFacts(
             platform=client.platform.value, os_major=client.os_major, is_bot=client.is_bot,
