@@ -102,6 +102,30 @@ async def test_a_user_needs_an_address_and_a_password_of_10_to_1000_characters(
     assert store.find_user(email) is None
     # the bounds themselves are accepted
     assert (await tenancy.create_user(store, "a@b.io", "p" * 1000, os.urandom, 1)).email
+    longest = "x" * 249 + "@a.io"
+    assert len(longest) == 254
+    assert (await tenancy.create_user(store, longest, "p" * 10, os.urandom, 1)).email == longest
+
+
+async def test_organization_and_project_names_have_1_to_100_characters(
+        store: LmdbStore) -> None:
+    """100 characters is a name, 101 is refused with nothing made; so are
+    a blank one and one with a control character."""
+    for bad in ("x" * 101, "   "):
+        with pytest.raises(ValidationError) as info:
+            await tenancy.create_org(store, bad, Plan.SCALE, os.urandom, 1)
+        assert info.value.field == "name"
+    assert list(store.all_orgs()) == []
+    org = await tenancy.create_org(store, "o" * 100, Plan.SCALE, os.urandom, 1)
+    assert org.name == "o" * 100
+    for bad in ("x" * 101, "", "tab\there"):
+        with pytest.raises(ValidationError) as info:
+            await tenancy.create_project(store, org.id, bad, os.urandom, 1)
+        assert info.value.field == "name"
+    assert store.list_projects(org.id) == []
+    project, keys = await tenancy.create_project(store, org.id, "p" * 100, os.urandom, 1)
+    assert project.name == "p" * 100 and sorted(keys) == [
+        "pk_live", "pk_test", "sk_live", "sk_test"]
 
 
 async def test_a_bootstrap_beside_an_owner_without_its_record_is_refused(

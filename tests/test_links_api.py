@@ -11,6 +11,7 @@ from svc_engine.config import Config
 from svc_engine.plans import Plan
 from tests.conftest import App, running_app
 from tests.dashboard_support import owner, signed_in
+from web.api_links import RANDOM_SLUG_DRAWS
 
 
 async def test_sdk_create_link_random_slug_default_domain(app: App) -> None:
@@ -342,9 +343,16 @@ async def test_a_random_slug_already_taken_or_reserved_is_drawn_again(
         assert next(draws, None) is None
         again = await c.post("/v1/links", json={"path": "/c", "slug": "AbCdEfGh1"})
         assert again.status_code == 400 and again.json()["error"]["field"] == "slug"
-        monkeypatch.setattr("web.api_links.new_slug", lambda _: taken["slug"])
+        stuck_draws: list[int] = []
+
+        def always_taken(_: bytes) -> str:
+            stuck_draws.append(1)
+            return str(taken["slug"])
+
+        monkeypatch.setattr("web.api_links.new_slug", always_taken)
         stuck = await c.post("/v1/links", json={"path": "/d"})
         assert stuck.status_code == 400  # three draws, all taken: not a loop
+        assert len(stuck_draws) == RANDOM_SLUG_DRAWS == 3
         listed = (await c.get("/v1/links")).json()
     assert len(listed["data"]) == 2
 
