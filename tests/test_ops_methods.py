@@ -87,6 +87,43 @@ async def test_healthz_is_exempt_from_the_in_flight_cap(app: App) -> None:
         app.front.in_flight = 0
 
 
+async def test_a_request_is_uncounted_only_while_its_body_is_awaited(app: App) -> None:
+    """The cap counts work, not waiting for a client's body: each wait for a
+    body part gives the request's place back, and once the body is whole a
+    wait (Quart's for a disconnect while its handler works) keeps it."""
+    front = app.front
+    seen: list[int] = []
+    messages = iter([{"type": "http.request", "body": b"{", "more_body": True},
+                     {"type": "http.request", "body": b"}", "more_body": False},
+                     {"type": "http.disconnect"}])
+
+    async def receive() -> dict[str, Any]:
+        seen.append(front.in_flight)
+        return next(messages)
+
+    front.in_flight = 1  # the request's own place, as the front counts it
+    try:
+        aside = front._receive_aside(receive)
+        assert [(await aside())["type"] for _ in range(3)] == [
+            "http.request", "http.request", "http.disconnect"]
+        assert seen == [0, 0, 1] and front.in_flight == 1
+    finally:
+        front.in_flight = 0
+
+
+async def test_the_access_log_is_written_only_when_switched_on(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SVC_ACCESS_LOG: off writes no line a request, on writes one."""
+    lines: list[tuple[str, str, int]] = []
+    monkeypatch.setattr("web.logs.access_line",
+                        lambda method, path, status, ms: lines.append((method, path, status)))
+    for on, path in ((False, "/healthz"), (True, "/no-such-slug")):
+        app.front.access_log = on
+        async with app.client() as c:
+            await c.get(path)
+    assert lines == [("GET", "/no-such-slug", 404)]
+
+
 async def test_the_dashboard_is_under_the_in_flight_cap(app: App) -> None:
     """README: beyond ``SVC_MAX_IN_FLIGHT`` requests get a quick 503, the
     dashboard's pages as the API's."""
