@@ -138,6 +138,9 @@ async def test_the_dashboard_is_under_the_in_flight_cap(app: App) -> None:
         app.front.in_flight = 0
     async with app.client() as c:
         assert (await c.get("/dashboard")).status_code == 200
+        assert (await c.get("/dashboard/no-such-page")).status_code == 404
+        assert (await c.get("/healthz")).status_code == 200
+    assert app.front.in_flight == 0  # every answered request gave its place back
 
 
 async def _raw(server: HttpServer, request: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
