@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import attrs
 import orjson
 import pytest
@@ -277,7 +279,8 @@ async def test_healthz(app: App) -> None:
     assert r.status_code == 200 and r.json() == {"status": "ok"}
 
 
-async def test_actor_crash_is_500_then_recovers(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_actor_crash_is_500_then_recovers(app: App, monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
     actor = await app.services.registry.get(app.project_id)
     original = actor.patch_settings
 
@@ -288,8 +291,12 @@ async def test_actor_crash_is_500_then_recovers(app: App, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(actor, "patch_settings", broken)
     async with app.client("sk_test") as c:
-        r = await c.patch("/v1/deferred/settings", json={"iosLandingPage": True})
+        with caplog.at_level(logging.ERROR, logger="svc.web"):
+            r = await c.patch("/v1/deferred/settings", json={"iosLandingPage": True})
         assert _error(r) == (500, "internal_error")
+        # the 500 is logged once, by its kind and route
+        assert [rec.getMessage().split(":")[0] for rec in caplog.records
+                if rec.name == "svc.web"] == ["ActorFailed on PATCH /v1/deferred/settings"]
         monkeypatch.setattr(actor, "patch_settings", original)
         r = await c.patch("/v1/deferred/settings", json={"iosLandingPage": True})
     assert r.status_code == 200
