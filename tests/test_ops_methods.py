@@ -94,7 +94,7 @@ async def test_a_request_is_uncounted_only_while_its_body_is_awaited(app: App) -
     front = app.front
     seen: list[int] = []
     messages = iter([{"type": "http.request", "body": b"{", "more_body": True},
-                     {"type": "http.request", "body": b"}", "more_body": False},
+                     {"type": "http.request", "body": b"}"},  # ASGI: more_body False
                      {"type": "http.disconnect"}])
 
     async def receive() -> dict[str, Any]:
