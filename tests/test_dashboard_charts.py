@@ -36,6 +36,13 @@ def test_gridlines_cover_the_peak_in_at_most_five_lines(peak: int) -> None:
 def test_short_numbers() -> None:
     assert [short_number(n) for n in (0, 999, 1000, 1234, 25_000, 2_500_000, 3 * 10**9)] == [
         "0", "999", "1k", "1.2k", "25k", "2.5M", "3B"]
+    # each unit starts at its own boundary, and a number the unit below
+    # would show as 1000 of it ("1000k") is shown in the next
+    assert [short_number(n) for n in (999_949, 999_950, 999_999, 1_000_000, -1_000_000)] == [
+        "999.9k", "1M", "1M", "1M", "-1M"]
+    assert [short_number(n) for n in (999_949_999, 999_950_000, 10**9, 999_999)] == [
+        "999.9M", "1B", "1B", "1M"]
+    assert [short_number(n) for n in (999, 1000)] == ["999", "1k"]  # no decimal below 1k
 
 
 def test_columns_fill_the_width_and_scale_to_the_top_gridline() -> None:
@@ -55,6 +62,11 @@ def test_columns_fill_the_width_and_scale_to_the_top_gridline() -> None:
     assert first.label == "1 Mar 2026"
 
 
+def test_a_small_peak_has_a_gridline_a_unit_up_to_its_top() -> None:
+    c = column_chart([("2026-03-01", 3), ("2026-03-02", 1)])
+    assert [g.value for g in c.grid] == [0, 1, 2, 3] and c.grid[-1].y == PLOT_TOP
+
+
 def test_day_labels_keep_both_ends_and_thin_out_the_middle() -> None:
     points = [(f"2026-01-{d:02d}", 1) for d in range(1, 31)]
     labels = column_chart(points, max_labels=6).labels
@@ -62,6 +74,9 @@ def test_day_labels_keep_both_ends_and_thin_out_the_middle() -> None:
         ("1 Jan", "start", 0.0), ("30 Jan", "end", 100.0)]
     assert len(labels) == 6 and all(lb.anchor == "middle" for lb in labels[1:-1])
     assert [lb.minor for lb in labels] == [False, True, False, True, False, False]
+    by_day = {col.key: col for col in column_chart(points, max_labels=6).columns}
+    for lb, col in ((lb, by_day[f"2026-01-{int(lb.text.split()[0]):02d}"]) for lb in labels[1:-1]):
+        assert lb.x == pytest.approx(col.x + col.width / 2)  # a middle label under its column
     assert len(column_chart(points[:3]).labels) == 3
     assert column_chart([]).columns == () and column_chart([]).labels == ()
 
