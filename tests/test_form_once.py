@@ -14,7 +14,7 @@ from svc_engine.webhook_delivery import DeliveryStatus
 from tests.conftest import App
 from tests.dashboard_support import Member, owner, signed_in
 from tests.dashboard_webhook_support import actor, make_delivery, make_endpoint
-from web.dashboard.form_once import CAPACITY, KEEP_MS, FormOnce, fields_digest
+from web.dashboard.form_once import CAPACITY, KEEP_MS, MAX_BYTES, FormOnce, fields_digest
 
 KEY = "0123456789abcdef" * 2
 FIELDS = fields_digest([("slug", "shoes"), ("path", "/p")])
@@ -105,6 +105,7 @@ async def test_refused_forms_are_not_kept() -> None:
 
 
 async def test_an_answer_is_kept_ten_minutes() -> None:
+    assert KEEP_MS == 10 * 60_000
     clock = _Clock()
     once, make = _once(clock), _Make()
     await once.run("session", KEY, FIELDS, make)
@@ -155,6 +156,21 @@ async def test_at_most_max_bytes_of_answers_oldest_out_first() -> None:
     for _ in range(2):  # an answer larger than the whole budget is not kept
         await big.run("session", KEY, FIELDS, make)
     assert len(big) == 0 and make.runs == 6
+
+
+async def test_answers_fill_the_byte_budget_exactly() -> None:
+    """Two 5-byte answers fit a budget of 10, and one of 5 a budget of 5; the
+    default budget is 8 MiB."""
+    assert MAX_BYTES == 8 << 20
+    make = _Make()
+    once = _once(_Clock(), max_bytes=10)
+    for key in ("a" * 32, "b" * 32):
+        await once.run("session", key, FIELDS, make)
+    assert len(once) == 2
+    exact = _once(_Clock(), max_bytes=5)
+    await exact.run("session", KEY, FIELDS, make)
+    await exact.run("session", KEY, FIELDS, make)
+    assert len(exact) == 1 and make.runs == 3
 
 
 def test_new_keys_are_well_formed_and_fresh() -> None:
