@@ -493,14 +493,14 @@ async def test_idle_keep_alive_connection_closes_after_the_timeout(
 
 
 async def _stalled_write(read_every_s: float | None, path: str = "/big"
-                         ) -> tuple[HttpServer, float, int]:
+                         ) -> tuple[HttpServer, float, bytes]:
     """``GET path`` on a connection whose client takes 64 KiB every
     ``read_every_s`` seconds (None: never reads); how long the server kept
-    the connection and how many bytes the client got."""
+    the connection and the bytes the client got."""
     app = App()
     server = HttpServer(app, ServerSettings(host="127.0.0.1", port=0, send_timeout_s=60.0))
     client_end, server_end = trio.testing.lockstep_stream_pair()  # no buffer between them
-    got = 0
+    got = bytearray()
     served_for: list[float] = []
     with trio.fail_after(600):
         async with trio.open_nursery() as watch:
@@ -522,9 +522,9 @@ async def _stalled_write(read_every_s: float | None, path: str = "/big"
                         break
                     if not data:
                         break
-                    got += len(data)
+                    got += data
             watch.cancel_scope.cancel()
-    return server, served_for[0], got
+    return server, served_for[0], bytes(got)
 
 
 @pytest.mark.parametrize("path", ["/big", "/small"])  # pieces, or one write inline
@@ -533,7 +533,7 @@ async def test_a_client_that_reads_nothing_is_cut_off(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "svc.server")
     server, served_for, got = await _stalled_write(None, path)
-    assert 60 <= served_for <= 75 and got == 0  # within 1.25 timeouts
+    assert 60 <= served_for <= 75 and got == b""  # within 1.25 timeouts
     assert server.stalled == 1 and server.connections == set()
     assert "took nothing of an answer for 60 s" in caplog.text
 
@@ -541,7 +541,9 @@ async def test_a_client_that_reads_nothing_is_cut_off(
 async def test_a_slow_reader_that_keeps_reading_gets_the_whole_answer(
         autojump_clock: trio.testing.MockClock) -> None:
     server, served_for, got = await _stalled_write(50.0)  # 64 KiB every 50 s: 250 s in all
-    assert server.stalled == 0 and got > BIG and served_for > 200
+    assert server.stalled == 0 and served_for > 200
+    head, body = got.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 ") and body == b"x" * BIG  # every piece, in order
 
 
 async def test_headers_dripping_in_are_cut_off(autojump_clock: trio.testing.MockClock) -> None:
