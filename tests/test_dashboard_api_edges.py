@@ -20,6 +20,7 @@ import orjson
 import pytest
 import trio
 import trio.testing
+from werkzeug.datastructures import MultiDict
 
 from actors.clock import TrioWallClock
 from storage import accounts
@@ -49,7 +50,13 @@ from tests.test_dashboard_links import api_link, form_with_params, post_form
 from tests.test_events_api import Events, event
 from web import tenancy
 from web.dashboard.context import fmt_date, fmt_time
-from web.dashboard.link_form import EMPTY_PARAM_ROWS
+from web.dashboard.link_form import (
+    EMPTY_PARAM_ROWS,
+    MAX_PARAM_ROWS,
+    LinkForm,
+    ParamRow,
+    from_form,
+)
 from web.housekeeping import ATTRIBUTION_SWEEP
 from web.services import system_random
 
@@ -403,6 +410,18 @@ def test_an_absent_time_is_shown_blank() -> None:
 
 
 # -- the dashboard: links, team, deliveries -------------------------------------------------
+
+
+def test_a_link_form_shows_at_most_50_parameter_rows() -> None:
+    """Blank rows are added up to 50 rows in all, never past them; a form
+    sent back keeps at most 50 rows and its blank ones."""
+    assert MAX_PARAM_ROWS == 50
+    for filled, shown in ((0, EMPTY_PARAM_ROWS), (48, 50), (49, 50), (50, 50)):
+        form = LinkForm({}, tuple(ParamRow(f"k{i}", "text", "v") for i in range(filled)))
+        assert len(form.rows()) == shown, filled
+    sent = MultiDict([(name, f"{name}{i}") for i in range(60)
+                      for name in ("param_key", "param_value")])
+    assert len(from_form(sent).params) == MAX_PARAM_ROWS + EMPTY_PARAM_ROWS
 
 
 async def test_more_rows_on_the_edit_form_saves_nothing(app: App) -> None:
