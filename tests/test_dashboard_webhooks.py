@@ -54,6 +54,7 @@ from web.dashboard.views_webhook_deliveries import parse_status
 from web.dashboard.webhook_display import (
     EndpointForm,
     duration,
+    endpoint_label,
     form_body,
     form_error,
     health_line,
@@ -615,6 +616,8 @@ def _failures(n: int, first: int, step: int) -> EndpointHealth:
      "Turned off by a team member on 1 Jan 2026, 01:00 UTC"),
     (turn_off(EndpointHealth(), T0, "Turned off by ana@example.com"), "Off", "muted",
      "Turned off by ana@example.com on 1 Jan 2026, 00:00 UTC"),
+    (turn_off(_failures(3, T0, 60_000), T0 + 3_600_000), "Off", "muted",  # failing, then a person
+     "Turned off by a team member on 1 Jan 2026, 01:00 UTC"),
     (_failures(20, T0, 5_000_000), "Off", "muted",
      "Turned off automatically on 2 Jan 2026, 02:23 UTC after 20 failed attempts in a row "
      "since 1 Jan 2026, 00:00 UTC"),
@@ -653,11 +656,20 @@ def test_pretty_json_duration_and_status_filter() -> None:
     assert pretty_json('{"a":1,"b":[true]}') == '{\n  "a": 1,\n  "b": [\n    true\n  ]\n}'
     assert pretty_json("not json <b>") == "not json <b>" and pretty_json(None) == ""
     assert pretty_json('{"é":"ü"}') == '{\n  "é": "ü"\n}'
-    assert [duration(v) for v in (None, 0, 999, 1000, 10_049)] == ["", "0 ms", "999 ms",
-                                                                   "1.0 s", "10.0 s"]
+    assert [duration(v) for v in (None, 0, 999, 1000, 10_049, 100_000)] == [
+        "", "0 ms", "999 ms", "1.0 s", "10.0 s", "100.0 s"]
     assert parse_status("") is None and parse_status("fAiLeD") is DeliveryStatus.FAILED
     with pytest.raises(ValidationError):
         parse_status("Lost")
+
+
+def test_an_endpoint_is_named_by_its_description_else_its_url_in_60_characters() -> None:
+    plain = _endpoint(EndpointHealth())
+    assert endpoint_label(plain) == "https://x.example.com/"
+    assert endpoint_label(None) == "Deleted endpoint"
+    for size, shown in ((60, "d" * 60), (61, "d" * 59 + "…")):
+        label = endpoint_label(attrs.evolve(plain, description="d" * size))
+        assert label == shown and len(label) == 60
 
 
 def test_next_try_counts_scheduled_attempts() -> None:
