@@ -214,6 +214,7 @@ async def test_keep_alive_serves_many_requests_on_one_connection(served: Any) ->
         assert tuple(k for k, _ in head.headers if k == b"date") == (b"date", )
         assert not any(k == b"server" for k, _ in head.headers)
     assert len(set(app.clients)) == 1
+    assert {scope["http_version"] for scope in app.scopes} == {"1.1"}
 
 
 async def test_pipelined_requests_are_answered_in_order(served: Any) -> None:
@@ -652,11 +653,12 @@ def test_the_service_configuration_reaches_the_server() -> None:
 
 
 async def test_http_1_0_is_answered_then_closed(served: Any) -> None:
-    _, _, connect, _ = served
+    app, _, connect, _ = served
     c = await connect()
     await c.stream.send_all(b"GET /old HTTP/1.0\r\n\r\n")
     head, body = await c.response()
     assert head.status_code == 200 and body == b"path=/old query="
+    assert app.scopes[-1]["http_version"] == "1.0"
     assert dict(head.headers)[b"connection"] == b"close"
     await c.expect_close()
 
