@@ -205,13 +205,14 @@ async def test_probabilistic_matching_without_a_country_source_is_flagged(
 
 @pytest.mark.parametrize(("settings", "link_fields", "device", "ios", "expect"), [
     ({}, {}, "iphone", "17", ["Answer 302 redirect to the App Store",
-                              "Token None", "Counted Click recorded", "Not in the window"]),
+                              "Token None", "Counted Click recorded", "Not in the window",
+                              "!No web fallback on the link"]),  # the store: no web chain
     ({"iosLandingPage": True}, {}, "iphone", "", ["The 'Continue in app' page",
                                                   "iosLandingPage is on"]),
     ({"probabilisticMatching": True}, {}, "iphone", "16",
      ["Enters the probabilistic window as iOS 16"]),
     ({}, {}, "android", "", ["302 redirect to the Play Store listing", "Token Minted",
-                             "in the store's install referrer"]),
+                             "in the store's install referrer", "!No web fallback on the link"]),
     ({}, {"androidFallbackUrl": "https://x.test/a"}, "android", "",
      ["302 redirect to the link's Android fallback URL", "Token None",
       "it wins over the Play Store"]),
