@@ -281,7 +281,12 @@ def test_simulation_of_fallbacks_and_expired_links() -> None:
     assert (ios.status, ios.target_url, ios.token, ios.counted) == (
         302, "https://x.test/i", None, True)
     assert ios.reasons[0].startswith("The link has an iOS fallback URL")
-    assert run(link, "android").reasons[0].startswith("No Android package name")
+    bare = attrs.evolve(link, ios_fallback_url=None)
+    for device, first in (("android", "No Android package name"),
+                          ("iphone", "No App Store ID")):  # no app: the web fallback chain
+        reasons = run(bare, device).reasons
+        assert reasons[0].startswith(first) and reasons[1].startswith(
+            "No web fallback on the link or the project"), device
     expired = attrs.evolve(link, expires_at_ms=now)
     gone = run(expired, "android")
     assert (gone.status, gone.counted, gone.answer) == (410, False,
