@@ -143,6 +143,22 @@ async def test_the_chunk_allowance_grows_one_per_256_bytes(
     assert head.status_code == 200 and body == payload and app.errors == []
 
 
+@pytest.mark.parametrize(("size", "refused"), [(1028, False), (1029, True)])
+async def test_the_chunk_allowance_is_exact(served: Any, size: int, refused: bool) -> None:
+    """In 1-byte chunks, 1,028 is the most allowed (1,024 + 1,028 // 256 =
+    1,028 chunks); the 1,029th chunk is one too many."""
+    app, connect = served
+    c = await connect()
+    payload = b"b" * size
+    if refused:
+        head, body = await _send_then_answer(c, post("/read", chunked(payload, 1)))
+        assert _is_413(head, body) and b"too many small chunks" in body
+        return
+    await c.stream.send_all(post("/read", chunked(payload, 1)))
+    head, body = await c.response()
+    assert head.status_code == 200 and body == payload and app.errors == []
+
+
 async def test_bloated_chunk_framing_is_413(served: Any) -> None:
     """Each chunk 1 byte of payload and 4 KiB of extension: few chunks, but
     the wire is mostly framing."""

@@ -169,7 +169,8 @@ async def test_a_whole_head_is_measured_as_h11_counts_up_to_the_limit(
         await s.client.stream.aclose()
 
 
-@pytest.mark.parametrize("target", [b"example.com/x", b"://x/y"])
+@pytest.mark.parametrize("target", [b"example.com/x", b"://x/y", b"http:///x", b"http://?q=1",
+                                    b"http://u@h/x"])  # no authority, or a user in it
 async def test_a_target_neither_origin_nor_absolute_form_is_a_400(target: bytes) -> None:
     seen: list[Message] = []
 
