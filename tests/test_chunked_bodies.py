@@ -143,6 +143,27 @@ async def test_the_chunk_allowance_grows_one_per_256_bytes(
     assert head.status_code == 200 and body == payload and app.errors == []
 
 
+@pytest.mark.parametrize(("ext", "refused"), [(900, False), (1600, True)])
+async def test_chunk_framing_may_be_up_to_twice_the_payload(
+        served: Any, ext: int, refused: bool) -> None:
+    """400 chunks of 1,000 bytes: with 900 bytes of extension each the wire
+    is 1.9 times the payload (served), with 1,600 bytes 2.6 times (413 once
+    past twice the payload and ``WIRE_SLACK``)."""
+    app, connect = served
+    c = await connect()
+    payload = bytes(i % 251 for i in range(400_000))
+    framed = chunked(payload, 1000, b";" + b"e" * (ext - 1))
+    ratio = len(framed) / len(payload)
+    assert (ratio > 2.5) if refused else (1.8 < ratio < 2)
+    if refused:
+        head, body = await _send_then_answer(c, post("/read", framed))
+        assert _is_413(head, body) and b"framing" in body
+        return
+    await c.stream.send_all(post("/read", framed))
+    head, body = await c.response()
+    assert head.status_code == 200 and body == payload and app.errors == []
+
+
 @pytest.mark.parametrize(("size", "refused"), [(1028, False), (1029, True)])
 async def test_the_chunk_allowance_is_exact(served: Any, size: int, refused: bool) -> None:
     """In 1-byte chunks, 1,028 is the most allowed (1,024 + 1,028 // 256 =

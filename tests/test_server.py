@@ -56,8 +56,9 @@ class App:
             await send({"type": "http.response.body", "body": b""})
         elif path == "/big":
             await _answer(send, 200, b"x" * BIG)
-        elif path == "/empty":
-            await send({"type": "http.response.start", "status": 204, "headers": []})
+        elif path in ("/empty", "/not-modified"):
+            status = 204 if path == "/empty" else 304
+            await send({"type": "http.response.start", "status": status, "headers": []})
             await send({"type": "http.response.body", "body": b""})
         elif path == "/bye":  # the application asks to close
             await send({"type": "http.response.start", "status": 200,
@@ -704,12 +705,13 @@ async def test_a_header_that_would_split_the_answer_is_a_500(served: Any) -> Non
     assert (await c.response())[1] == b"path=/next query="  # still in step
 
 
-async def test_no_content_has_no_body(served: Any) -> None:
+@pytest.mark.parametrize(("path", "status"), [("/empty", 204), ("/not-modified", 304)])
+async def test_no_content_has_no_body(served: Any, path: str, status: int) -> None:
     _, _, connect, _ = served
     c = await connect()
-    await c.stream.send_all(get("/empty") + get("/next"))
+    await c.stream.send_all(get(path) + get("/next"))
     head, _ = await c.response(head_only=True)
-    assert head.status_code == 204 and b"transfer-encoding" not in dict(head.headers)
+    assert head.status_code == status and b"transfer-encoding" not in dict(head.headers)
     assert (await c.response())[1] == b"path=/next query="  # nothing between the two
 
 
