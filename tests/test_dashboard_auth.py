@@ -345,7 +345,9 @@ async def test_invitations_are_replaced_withdrawn_and_checked(app: App) -> None:
                                                               "role": "admin"})
     assert member.status_code == 409 and "already a member" in member.text
     bad = await m.post("/dashboard/settings/team/invite", {"email": "nope", "role": "admin"})
-    assert bad.status_code == 400
+    assert bad.status_code == 400  # shown again as sent: the role chosen, not Developer
+    assert '<option value="admin" selected>' in bad.text and 'value="nope"' in bad.text
+    assert '<option value="developer" selected>' not in bad.text
     r = await m.post(f"/dashboard/settings/team/invites/{invites[0].id}/revoke")
     assert r.status_code == 303
     assert accounts.list_invites(app.services.store, app.org_id,
