@@ -66,6 +66,9 @@ def test_nesting_past_the_standard_decoder_is_still_scanned() -> None:
                   b"56789012e5" + b"]" * 1000 + b', "s": "\\"99999999999999999999\\""}')
     orjson.loads(in_strings)
     assert inexact_integer(in_strings) is None
+    for n in (EXACT_INT_MAX, EXACT_INT_MIN, 12345678901234567):  # long, yet exact
+        within = b"[" * 1000 + str(n).encode() + b"]" * 1000
+        assert orjson.loads(within) is not None and inexact_integer(within) is None, n
 
 
 # -- through the real HTTP API -----------------------------------------------------------
