@@ -204,6 +204,21 @@ async def test_a_client_reset_while_idle_ends_only_its_connection() -> None:
     assert server.connections == set()
 
 
+async def test_a_body_message_without_more_body_is_its_last() -> None:
+    """ASGI: ``more_body`` left out means False; the body ends there and no
+    further message is waited for."""
+    messages = [{"type": "http.request", "body": b'{"a": ', "more_body": True},
+                {"type": "http.request", "body": b"1}"}]
+
+    async def receive() -> Message:
+        if not messages:
+            raise AssertionError("waited for a message after the last")
+        return messages.pop(0)
+
+    scope = {"method": "POST", "path": "/b", "headers": []}
+    assert await Request(scope, receive).body(1 << 20) == b'{"a": 1}'
+
+
 async def test_a_client_reset_mid_body_is_a_body_cut_off() -> None:
     """A reset while the application waits for the rest of a body with a
     Content-Length: it is told the client went away (web/http.py: 400, the

@@ -40,6 +40,9 @@ BIG = "123456789012345678901234567890"
      b'-99999999999999999999}]}}]}',
      ("-99999999999999999999", "events[1].properties.k[1].revenue")),
     (b'{"a\\"b": "\\\\", "c": 99999999999999999999}', ("99999999999999999999", "c")),
+    # the bounds themselves are exact: the first past them is named
+    (b'{"a": [18446744073709551615, -9223372036854775808, 18446744073709551616]}',
+     ("18446744073709551616", "a[2]")),
     # a duplicate key's earlier value is dropped by orjson too: nothing changed
     (b'{"a": 123456789012345678901234567890, "a": 1}', None),
 ])
