@@ -294,6 +294,7 @@ async def test_actor_crash_is_500_then_recovers(app: App, monkeypatch: pytest.Mo
         with caplog.at_level(logging.ERROR, logger="svc.web"):
             r = await c.patch("/v1/deferred/settings", json={"iosLandingPage": True})
         assert _error(r) == (500, "internal_error")
+        assert r.json()["error"]["message"] == "internal error; it has been logged"
         # the 500 is logged once, by its kind and route
         assert [rec.getMessage().split(":")[0] for rec in caplog.records
                 if rec.name == "svc.web"] == ["ActorFailed on PATCH /v1/deferred/settings"]

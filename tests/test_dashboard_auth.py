@@ -283,6 +283,7 @@ async def test_invitation_for_a_new_account(app: App) -> None:
     page = await m.post("/dashboard/settings/team/invite",
                         {"email": "New.Dev@Example.com", "role": "developer"})
     assert page.status_code == 200 and "svc sends no e-mail" in page.text
+    assert "It works once, expires in 7 days" in page.text  # INVITE_TTL_MS
     link = page.text.split('id="invite-link" class="mono reveal-value" type="text" value="')[1]
     link = link.split('"')[0]
     assert link.startswith("http://svc.test/dashboard/invite/")
@@ -330,6 +331,19 @@ async def test_invitation_for_an_existing_account_needs_its_password(app: App) -
     roles = {mb.user_id: mb.role for mb in store.members_of(app.org_id)}
     assert roles[elsewhere.id] is Role.MARKETER
     await m.aclose()
+
+
+async def test_only_an_owner_is_offered_the_owner_role(app: App) -> None:
+    """The team page's role choices (inviting, changing a role) are the roles
+    its viewer may give: an admin cannot make an owner."""
+    admin = await add_user(app, "ada@example.com", Role.ADMIN)
+    for who, offered in ((owner(app), True), (admin, False)):
+        m = await signed_in(app, who)
+        page = await m.get("/dashboard/settings/team")
+        assert page.status_code == 200
+        assert ('<option value="owner"' in page.text) is offered, who
+        assert '<option value="admin"' in page.text and '<option value="marketer"' in page.text
+        await m.aclose()
 
 
 async def test_invitations_are_replaced_withdrawn_and_checked(app: App) -> None:
