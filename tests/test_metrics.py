@@ -4,6 +4,7 @@ fixed families only, and nothing about users in it."""
 
 from __future__ import annotations
 
+import resource
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -89,8 +90,10 @@ def test_an_observation_on_a_bound_counts_in_that_bucket() -> None:
 def test_collected_metrics_render_with_escaped_labels() -> None:
     m = Metrics()
     m.add(lambda: [gauge("svc_x", "A gauge.", 2.5, (("v", 'a"b\\c\nd'),)),
-                   counter("svc_y_total", "A counter.", 7)])
+                   counter("svc_y_total", "A counter.", 7),
+                   gauge("svc_z", "A whole float.", 3.0)])
     text = m.render().decode()
+    assert "\nsvc_z 3\n" in text  # a whole number has no ".0", float or not
     assert 'svc_x{v="a\\"b\\\\c\\nd"} 2.5' in text
     fams = parse(text)
     assert value(fams, "svc_x", v='a"b\\c\nd') == 2.5
@@ -155,6 +158,7 @@ async def test_requests_are_counted_by_family_and_parts_report(metered: App) -> 
                                                         "sec-purpose": "prefetch"})
         assert prefetch.status_code == 503
         await c.get("/healthz")
+        before = resource.getrusage(resource.RUSAGE_SELF)
         r = await c.get("/metrics", headers={"authorization": f"Bearer {TOKEN}"})
     assert r.status_code == 200
     assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
@@ -178,6 +182,8 @@ async def test_requests_are_counted_by_family_and_parts_report(metered: App) -> 
     assert value(fams, "svc_timer_deadlines_held") >= 0
     assert value(fams, "svc_events_rejected_total") == 0
     assert value(fams, "process_resident_memory_bytes") > 1 << 20
+    # user and system time, both (counters: no less than just before the scrape)
+    assert value(fams, "process_cpu_seconds_total") >= before.ru_utime + before.ru_stime
     assert value(fams, "svc_build_info", version="0.1.0") == 1
     for private in ("spring-sale", "no-such-link", "/p/1", "Chrome", "example.com",
                     metered.project_id, TOKEN):
