@@ -321,6 +321,11 @@ async def test_platforms_form_saves_and_drives_the_association_files(app: App) -
                                         "https://example.com/")
     page = (await m.get(r.headers["location"])).text
     assert "Universal links: ABCDE12345.com.example.app" in text(page)
+    for name, stored in (("ios_app_store_id", "1234567890"), ("ios_team_id", "ABCDE12345"),
+                         ("ios_bundle_id", "com.example.app"), ("ios_scheme", "exampleapp"),
+                         ("android_package", "com.example.app"),
+                         ("web_fallback", "https://example.com/")):  # the form shows what is kept
+        assert f'id="pf-{name}" name="{name}" type="text" value="{stored}"' in page, name
     async with app.client() as c:
         aasa = (await c.get("/.well-known/apple-app-site-association")).json()
         links = (await c.get("/.well-known/assetlinks.json")).json()
@@ -331,6 +336,8 @@ async def test_platforms_form_saves_and_drives_the_association_files(app: App) -
     r = await m.post("/dashboard/build/platforms", {"ios_app_store_id": "1234567890"})
     assert r.status_code == 303
     assert app.services.links.platforms(app.project_id).android.package_name is None
+    page = (await m.get("/dashboard/build/platforms")).text
+    assert 'name="android_package" type="text" value=""' in page  # empty, not "None"
     await m.aclose()
 
 
