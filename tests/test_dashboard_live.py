@@ -83,6 +83,9 @@ async def test_the_page_lists_every_kind_of_event_newest_first(app: App) -> None
     assert 'data-poll="/dashboard/live/events"' in page and 'data-every="5"' in page
     assert "<noscript>" in page and 'href="/dashboard/live"' in page
     assert "Mozilla" not in page and "127.0.0.1" not in page
+    # each row names its link, the project's own, with a way to it
+    assert page.count(f'<a href="/dashboard/links/{ln["id"]}">Live link</a>') >= 3
+    assert "Deleted or unknown link" not in page
     await m.aclose()
 
 
