@@ -179,9 +179,11 @@ async def test_billing_counts_team_members_and_refuses_a_plan_too_small_for_them
 
 async def test_organizations_projects_and_the_switcher(app: App) -> None:
     m = await signed_in(app, owner(app))
+    assert (await m.get("/dashboard/orgs/new")).status_code == 200
     r = await m.post("/dashboard/orgs/new", {"name": "  Side Co  "})
     assert r.status_code == 303 and r.headers["location"].startswith("/dashboard/projects/new")
     form = await m.get(r.headers["location"])
+    assert form.status_code == 200
     assert "Side Co" in form.text and "0 of 1 projects used" in form.text
     made = await m.post("/dashboard/projects/new", {"name": "Side app"})
     assert made.status_code == 200 and "Side app is ready" in made.text
@@ -222,6 +224,9 @@ async def test_theme_is_a_cookie_and_works_signed_out(app: App) -> None:
         r = await c.post("/dashboard/theme", data={"csrf": csrf_of(page.text), "theme": "dark",
                                                    "next": "/dashboard"})
         assert r.status_code == 303 and "svc_theme=dark" in r.headers["set-cookie"]
+        cookie = r.headers["set-cookie"].lower()  # a year, the dashboard's, never for scripts
+        assert "max-age=31536000" in cookie and "path=/dashboard" in cookie
+        assert "httponly" in cookie and "samesite=lax" in cookie
         assert 'data-theme="dark"' in (await c.get("/dashboard")).text
         bad = await c.post("/dashboard/theme", data={"csrf": csrf_of(page.text), "theme": "red"})
         assert bad.status_code == 400
