@@ -110,6 +110,22 @@ def _is_413(head: Head, body: bytes) -> bool:
             and json.loads(body)["error"]["code"] == "payload_too_large")
 
 
+async def _read_whole_or_refused(served: Any, payload: bytes, framed: bytes,
+                                 refused: bytes | None) -> None:
+    """POST ``framed`` (``payload`` in chunks) to ``/read`` on a new
+    connection: read whole and echoed when ``refused`` is None, else 413
+    with ``refused`` in its message."""
+    app, connect = served
+    c = await connect()
+    if refused is not None:
+        head, body = await _send_then_answer(c, post("/read", framed))
+        assert _is_413(head, body) and refused in body, (head.status_code, body[:100])
+        return
+    await c.stream.send_all(post("/read", framed))
+    head, body = await c.response()
+    assert head.status_code == 200 and body == payload and app.errors == []
+
+
 async def test_a_body_in_one_byte_chunks_is_413_and_the_connection_closes(
         served: Any) -> None:
     app, connect = served
@@ -131,16 +147,9 @@ async def test_the_chunk_allowance_grows_one_per_256_bytes(
         served: Any, chunk: int, refused: bool) -> None:
     """SECURITY.md: at most 1,024 chunks plus one per 256 bytes of payload
     (1-byte chunks pass any rate, and chunks of 256 bytes or more any too)."""
-    app, connect = served
-    c = await connect()
     payload = bytes(i % 251 for i in range(100_000))
-    if refused:
-        head, body = await _send_then_answer(c, post("/read", chunked(payload, chunk)))
-        assert _is_413(head, body), (head.status_code, body[:100])
-        return
-    await c.stream.send_all(post("/read", chunked(payload, chunk)))
-    head, body = await c.response()
-    assert head.status_code == 200 and body == payload and app.errors == []
+    await _read_whole_or_refused(served, payload, chunked(payload, chunk),
+                                 b"too many small chunks" if refused else None)
 
 
 @pytest.mark.parametrize(("ext", "refused"), [(900, False), (1600, True)])
@@ -149,35 +158,20 @@ async def test_chunk_framing_may_be_up_to_twice_the_payload(
     """400 chunks of 1,000 bytes: with 900 bytes of extension each the wire
     is 1.9 times the payload (served), with 1,600 bytes 2.6 times (413 once
     past twice the payload and ``WIRE_SLACK``)."""
-    app, connect = served
-    c = await connect()
     payload = bytes(i % 251 for i in range(400_000))
     framed = chunked(payload, 1000, b";" + b"e" * (ext - 1))
     ratio = len(framed) / len(payload)
     assert (ratio > 2.5) if refused else (1.8 < ratio < 2)
-    if refused:
-        head, body = await _send_then_answer(c, post("/read", framed))
-        assert _is_413(head, body) and b"framing" in body
-        return
-    await c.stream.send_all(post("/read", framed))
-    head, body = await c.response()
-    assert head.status_code == 200 and body == payload and app.errors == []
+    await _read_whole_or_refused(served, payload, framed, b"framing" if refused else None)
 
 
 @pytest.mark.parametrize(("size", "refused"), [(1028, False), (1029, True)])
 async def test_the_chunk_allowance_is_exact(served: Any, size: int, refused: bool) -> None:
     """In 1-byte chunks, 1,028 is the most allowed (1,024 + 1,028 // 256 =
     1,028 chunks); the 1,029th chunk is one too many."""
-    app, connect = served
-    c = await connect()
     payload = b"b" * size
-    if refused:
-        head, body = await _send_then_answer(c, post("/read", chunked(payload, 1)))
-        assert _is_413(head, body) and b"too many small chunks" in body
-        return
-    await c.stream.send_all(post("/read", chunked(payload, 1)))
-    head, body = await c.response()
-    assert head.status_code == 200 and body == payload and app.errors == []
+    await _read_whole_or_refused(served, payload, chunked(payload, 1),
+                                 b"too many small chunks" if refused else None)
 
 
 async def test_bloated_chunk_framing_is_413(served: Any) -> None:

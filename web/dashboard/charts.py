@@ -99,9 +99,9 @@ def nice_step(peak: int, lines: int = 4) -> int:
 
 
 def short_number(n: int) -> str:
-    """1234 -> "1.2k", 2_500_000 -> "2.5M"; 999_950 -> "1M", not "1000k" (a
-    number that the unit below would round up to 1000 of it takes the next
-    unit: half of that unit's last decimal, ``limit // 20_000``, short of it)."""
+    """1234 -> "1.2k", 2_500_000 -> "2.5M". A unit starts where the one
+    below would round to 1000 of it: 999_950 is "1M", not "1000k" (half the
+    last decimal shown below, ``limit // 20_000``, short of the unit)."""
     for limit, suffix in ((1_000_000_000, "B"), (1_000_000, "M"), (1_000, "k")):
         if abs(n) >= limit - limit // 20_000:
             text = f"{n / limit:.1f}".removesuffix(".0")
